@@ -1,0 +1,53 @@
+//! The calendar's one error type.
+
+use crate::cron::Field;
+
+/// Why a calendar definition (cron expression, zone, interval, instant) was refused.
+///
+/// Every variant is a user's mistake, never an internal failure: the server maps them to
+/// 400/422 responses and the CLI to exit code 2. Messages name the field and the token that
+/// are wrong so that a person can fix the expression without reading the grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CalendarError {
+    /// The expression was empty or only whitespace.
+    #[error("cron expression is empty")]
+    Empty,
+    /// The expression has a number of fields other than 5 or 6.
+    #[error(
+        "cron expression has {found} field(s); expected 5 (minute hour day-of-month month \
+         day-of-week) or 6 (second minute hour day-of-month month day-of-week)"
+    )]
+    FieldCount {
+        /// How many whitespace-separated fields were found.
+        found: usize,
+    },
+    /// An `@` macro that is not one of the supported ones.
+    #[error(
+        "unknown cron macro '{0}'; expected one of @yearly, @annually, @monthly, @weekly, \
+         @daily, @midnight, @hourly"
+    )]
+    UnknownMacro(String),
+    /// One token (a comma-separated element) of one field is invalid.
+    #[error("invalid {field} field: token '{token}': {reason}")]
+    InvalidToken {
+        /// The field the token belongs to.
+        field: Field,
+        /// The offending token exactly as the user wrote it.
+        token: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The expression is well formed but no calendar day can ever match it.
+    #[error(
+        "cron expression '{0}' can never fire: no date matches its day-of-month, month and \
+         day-of-week fields together"
+    )]
+    NeverFires(String),
+    /// The zone name is not in the system's IANA time zone database.
+    #[error("unknown time zone '{0}': expected an IANA zone name such as 'Europe/Paris' or 'UTC'")]
+    UnknownZone(String),
+    /// A fixed interval that is zero or negative.
+    #[error("interval must be positive, got {0}")]
+    NonPositiveInterval(String),
+}

@@ -1,0 +1,1 @@
+//! Campanile's domain types.
