@@ -87,7 +87,7 @@ fn table(cal: &Calendar, zone_arg: &str, dst: DstPolicy, fires: &[Fire]) -> Stri
     );
     for (i, f) in fires.iter().enumerate() {
         let local =
-            f.at.to_zoned(tz.clone())
+            f.at.to_zoned_datetime(tz.clone())
                 .strftime("%Y-%m-%d %H:%M:%S %:z %Z")
                 .to_string();
         let note = match f.note {

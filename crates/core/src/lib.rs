@@ -1,1 +1,14 @@
-//! Campanile's domain types.
+//! Campanile's domain types and the pure helpers every layer shares.
+//!
+//! Nothing here does I/O or reads the wall clock: time comes in through a [`Clock`] (or as a
+//! plain argument), so tests can step it exactly.
+
+mod backoff;
+mod clock;
+mod ids;
+mod state;
+
+pub use backoff::{Backoff, BackoffError, flex_offset};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use ids::{OccurrenceId, ScheduleId, occurrence_id};
+pub use state::{ErrorClass, OccurrenceState, UnknownName};

@@ -18,7 +18,7 @@
 //!
 //! **Steps** count from the start of the range they apply to: `*/S` from the field's minimum
 //! (`*/2` minutes is 0,2,…,58; `*/2` days-of-month is 1,3,…,31), `N/S` from N to the field's
-//! maximum, and they restart every period (so `*/2` days fires on the 31st and again on the
+//! maximum (6, Saturday, for day-of-week), and they restart every period (so `*/2` days fires on the 31st and again on the
 //! 1st).
 //!
 //! **Day-of-month and day-of-week**: when both are restricted — neither is written as a bare
@@ -360,6 +360,13 @@ fn normalize_field(field: Field, text: &str) -> Result<String, CalendarError> {
                 }
             }
         }
+        // `N/S` means `N-max/S`; croner only accepts the long form.
+        if let Some((n, step)) = out.split_once('/')
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+        {
+            out = format!("{n}-{}/{step}", field_max(field));
+        }
         if field == Field::DayOfWeek && out == "L" {
             return Err(invalid(
                 field,
@@ -370,6 +377,17 @@ fn normalize_field(field: Field, text: &str) -> Result<String, CalendarError> {
         out_tokens.push(out);
     }
     Ok(out_tokens.join(","))
+}
+
+fn field_max(field: Field) -> u32 {
+    match field {
+        Field::Second | Field::Minute => 59,
+        Field::Hour => 23,
+        Field::DayOfMonth => 31,
+        Field::Month => 12,
+        // Sunday is 0; stepping into 7 would name Sunday twice.
+        Field::DayOfWeek => 6,
+    }
 }
 
 fn name_to_number(field: Field, word: &str, orig: &str) -> Result<String, CalendarError> {
