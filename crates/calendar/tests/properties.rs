@@ -50,21 +50,29 @@ fn hour() -> impl Strategy<Value = String> {
 
 fn dom() -> impl Strategy<Value = String> {
     field(
-        ["*", "?", "1", "15", "L", "15W", "LW", "1-10", "*/3", "28-31", "5,20"]
+        [
+            "*", "?", "1", "15", "L", "15W", "LW", "1-10", "*/3", "28-31", "5,20",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+}
+
+fn month() -> impl Strategy<Value = String> {
+    field(
+        ["*", "*", "*", "3", "10,11", "MAR-APR", "*/2", "SEP-DEC"]
             .map(String::from)
             .to_vec(),
     )
 }
 
-fn month() -> impl Strategy<Value = String> {
-    field(["*", "*", "*", "3", "10,11", "MAR-APR", "*/2", "SEP-DEC"].map(String::from).to_vec())
-}
-
 fn dow() -> impl Strategy<Value = String> {
     field(
-        ["*", "*", "?", "0", "7", "MON-FRI", "5L", "SUN#1", "1#2", "SAT,SUN", "*/2"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "*", "*", "?", "0", "7", "MON-FRI", "5L", "SUN#1", "1#2", "SAT,SUN", "*/2",
+        ]
+        .map(String::from)
+        .to_vec(),
     )
 }
 
@@ -75,23 +83,34 @@ fn expression() -> impl Strategy<Value = String> {
 }
 
 fn policy() -> impl Strategy<Value = DstPolicy> {
-    (prop_oneof![Just(DstGap::Skip), Just(DstGap::Shift)], prop_oneof![Just(DstFold::Once), Just(DstFold::Twice)])
+    (
+        prop_oneof![Just(DstGap::Skip), Just(DstGap::Shift)],
+        prop_oneof![Just(DstFold::Once), Just(DstFold::Twice)],
+    )
         .prop_map(|(gap, fold)| DstPolicy { gap, fold })
 }
 
 /// A start instant: either anywhere in 2018-2032, or within a day and a half of one of the
 /// zone's transitions in those years, where the DST rules matter.
 fn start(zone: &'static str) -> impl Strategy<Value = Timestamp> {
-    (any::<bool>(), 0i64..(15 * 365 * 86_400), -129_600i64..129_600).prop_map(move |(near, base, jitter)| {
-        let t0 = Timestamp::from_second(1_514_764_800 + base).expect("in range"); // 2018-01-01 + base
-        if near {
-            let tz = Zone::get(zone).expect("zone");
-            if let Some(tr) = tz.tz().following(t0).next() {
-                return tr.timestamp().checked_add(SignedDuration::from_secs(jitter)).expect("in range");
+    (
+        any::<bool>(),
+        0i64..(15 * 365 * 86_400),
+        -129_600i64..129_600,
+    )
+        .prop_map(move |(near, base, jitter)| {
+            let t0 = Timestamp::from_second(1_514_764_800 + base).expect("in range"); // 2018-01-01 + base
+            if near {
+                let tz = Zone::get(zone).expect("zone");
+                if let Some(tr) = tz.tz().following(t0).next() {
+                    return tr
+                        .timestamp()
+                        .checked_add(SignedDuration::from_secs(jitter))
+                        .expect("in range");
+                }
             }
-        }
-        t0
-    })
+            t0
+        })
 }
 
 fn case() -> impl Strategy<Value = (String, &'static str, DstPolicy, Timestamp)> {
@@ -112,7 +131,8 @@ fn brute_force(
     let tz = zone.tz();
     let mut out = BTreeSet::new();
     let step_s = step.as_secs();
-    let mut m = Timestamp::from_second(after.as_second().div_euclid(step_s) * step_s).expect("in range");
+    let mut m =
+        Timestamp::from_second(after.as_second().div_euclid(step_s) * step_s).expect("in range");
     while m < until {
         if m > after {
             let wall = tz.to_datetime(m);
@@ -130,12 +150,19 @@ fn brute_force(
     }
     if dst.gap == DstGap::Shift {
         // Each gap that swallowed a matching wall time fires once, at its end.
-        for tr in tz.following(after.checked_sub(SignedDuration::from_hours(24)).expect("in range")) {
+        for tr in tz.following(
+            after
+                .checked_sub(SignedDuration::from_hours(24))
+                .expect("in range"),
+        ) {
             let t = tr.timestamp();
             if t >= until {
                 break;
             }
-            let before = tz.to_offset(t.checked_sub(SignedDuration::from_secs(1)).expect("in range"));
+            let before = tz.to_offset(
+                t.checked_sub(SignedDuration::from_secs(1))
+                    .expect("in range"),
+            );
             if tr.offset() <= before || t <= after {
                 continue;
             }
@@ -197,10 +224,22 @@ proptest! {
 
 #[test]
 fn the_issue_example() {
-    let cal = Calendar::cron("30 2 * * *", "America/New_York", DstPolicy::default()).expect("valid");
+    let cal =
+        Calendar::cron("30 2 * * *", "America/New_York", DstPolicy::default()).expect("valid");
     let after: Timestamp = "2026-03-07T00:00:00Z".parse().expect("ts");
-    let got: Vec<String> = cal.iter_after(after).take(3).map(|t| t.to_string()).collect();
-    assert_eq!(got, ["2026-03-07T07:30:00Z", "2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"]);
+    let got: Vec<String> = cal
+        .iter_after(after)
+        .take(3)
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "2026-03-07T07:30:00Z",
+            "2026-03-09T06:30:00Z",
+            "2026-03-10T06:30:00Z"
+        ]
+    );
 }
 
 #[test]

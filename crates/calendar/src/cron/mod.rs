@@ -101,7 +101,7 @@ pub struct CronExpr {
     star_dow: bool,
     /// Whether `L`, `W` or `#` appear, which need the slow, month-aware day test.
     modifiers: bool,
-    pattern: CronPattern,
+    pattern: Box<CronPattern>,
 }
 
 impl PartialEq for CronExpr {
@@ -201,7 +201,7 @@ impl CronExpr {
             star_dom: normalized[3] == "*",
             star_dow: normalized[5] == "*",
             modifiers: pattern.days.has_modifiers() || pattern.days_of_week.has_modifiers(),
-            pattern,
+            pattern: Box::new(pattern),
         };
         if !expr.can_fire() {
             return Err(CalendarError::NeverFires(source.to_string()));
