@@ -33,14 +33,17 @@ impl fmt::Display for OccurrenceId {
     }
 }
 
-/// The UUIDv5 namespace of occurrence ids (a fixed random UUID; never change it, or every
-/// stored id stops matching its key).
+/// The namespace of the hash inside occurrence ids (a fixed random UUID; never change it, or
+/// every stored id stops matching its key).
 const OCCURRENCE_NAMESPACE: Uuid = Uuid::from_u128(0x6b0f_3c2e_9a57_4d1b_8e44_2f5c_1d7a_90e3);
 
 /// The deterministic id of the occurrence `(schedule_id, version, scheduled_for)`.
 ///
-/// A UUIDv5 (SHA-1, namespaced) of `"{schedule_id}/{version}/{unix milliseconds}"`.
-/// Instants are keyed at millisecond precision, the precision the store keeps.
+/// A time-ordered UUIDv8: the first 48 bits are `scheduled_for` in Unix milliseconds (like
+/// UUIDv7), the remaining 74 free bits come from a namespaced SHA-1 (UUIDv5) of
+/// `"{schedule_id}/{version}/{unix milliseconds}"`. Any node computes the same id for the same
+/// key, and ids sort by planned time, so the store's id index grows at its end the way
+/// occurrences are planned (see docs/DESIGN.md, "Why are occurrence ids time-ordered?").
 ///
 /// # Example
 ///
@@ -52,6 +55,8 @@ const OCCURRENCE_NAMESPACE: Uuid = Uuid::from_u128(0x6b0f_3c2e_9a57_4d1b_8e44_2f
 /// let at = "2026-03-09T06:30:00Z".parse()?;
 /// assert_eq!(occurrence_id(s, 1, at), occurrence_id(s, 1, at));
 /// assert_ne!(occurrence_id(s, 1, at), occurrence_id(s, 2, at));
+/// let later = "2026-03-09T06:30:01Z".parse()?;
+/// assert!(occurrence_id(s, 1, at) < occurrence_id(s, 1, later));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn occurrence_id(
@@ -59,23 +64,25 @@ pub fn occurrence_id(
     version: u32,
     scheduled_for: Timestamp,
 ) -> OccurrenceId {
-    let name = format!(
-        "{}/{}/{}",
-        schedule_id.0,
-        version,
-        scheduled_for.as_millisecond()
-    );
-    OccurrenceId(Uuid::new_v5(&OCCURRENCE_NAMESPACE, name.as_bytes()))
+    let ms = scheduled_for.as_millisecond();
+    let name = format!("{}/{}/{}", schedule_id.0, version, ms);
+    let hash = Uuid::new_v5(&OCCURRENCE_NAMESPACE, name.as_bytes()).into_bytes();
+    let mut b = [0u8; 16];
+    // 48-bit big-endian milliseconds; instants before 1970 or after 10889 wrap, which only
+    // costs ordering, never uniqueness (the hash still covers the full key).
+    b[..6].copy_from_slice(&(ms as u64).to_be_bytes()[2..]);
+    b[6..].copy_from_slice(&hash[6..]);
+    OccurrenceId(Uuid::new_v8(b))
 }
 
 impl OccurrenceId {
-    /// 64 well-mixed bits of the id (the SHA-1 output minus the UUID version and variant
-    /// bits), for deterministic jitter.
+    /// 64 well-mixed bits of the id's hash part (bytes 9..16 are SHA-1 output, free of the
+    /// timestamp and of the UUID version and variant bits), for deterministic jitter.
     pub fn hash64(&self) -> u64 {
-        let v = self.0.as_u128();
-        // Bytes 0..6 and 9..16 never hold version/variant bits.
-        let hi = (v >> 80) as u64; // 48 bits
-        let lo = v as u64 & 0x00ff_ffff_ffff_ffff; // 56 bits
-        hi.rotate_left(16) ^ lo.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        let b = self.0.as_bytes();
+        let mut x = [0u8; 8];
+        x[1..].copy_from_slice(&b[9..16]);
+        x[0] = b[7]; // 8 more hash bits (byte 6 holds the version nibble)
+        u64::from_be_bytes(x)
     }
 }
