@@ -1,0 +1,151 @@
+-- Campanile schema v1 (SQLite). Instants are INTEGER Unix milliseconds; ids are 16-byte BLOBs.
+
+CREATE TABLE tenants (
+    id                    INTEGER PRIMARY KEY,
+    name                  TEXT    NOT NULL UNIQUE,
+    created_at            INTEGER NOT NULL,
+    max_active_schedules  INTEGER,
+    max_triggers_per_sec  INTEGER,
+    max_running           INTEGER,
+    max_catchup_per_sec   INTEGER
+);
+
+-- API keys are stored hashed; `prefix` is the first characters, to tell keys apart in lists.
+-- Admin keys (tenant management) have no tenant.
+CREATE TABLE api_keys (
+    id          INTEGER PRIMARY KEY,
+    tenant_id   INTEGER REFERENCES tenants(id),
+    key_hash    BLOB    NOT NULL UNIQUE,
+    prefix      TEXT    NOT NULL,
+    is_admin    INTEGER NOT NULL DEFAULT 0,
+    created_at  INTEGER NOT NULL,
+    revoked_at  INTEGER
+);
+
+-- One row per schedule: only what the planner scans. The definition lives in versions.
+CREATE TABLE schedules (
+    id           BLOB    PRIMARY KEY,          -- UUIDv7: creation-ordered
+    tenant_id    INTEGER NOT NULL,
+    version      INTEGER NOT NULL,
+    state        TEXT    NOT NULL,             -- ACTIVE | PAUSED | CANCELED
+    shard        INTEGER NOT NULL,
+    next_run_at  INTEGER,                      -- NULL: nothing left to plan
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX schedules_due ON schedules (shard, next_run_at)
+    WHERE state = 'ACTIVE' AND next_run_at IS NOT NULL;
+CREATE INDEX schedules_tenant ON schedules (tenant_id, id);
+
+CREATE TABLE schedule_versions (
+    schedule_id         BLOB    NOT NULL,
+    version             INTEGER NOT NULL,
+    kind                TEXT    NOT NULL,      -- cron | at | every
+    cron                TEXT,
+    timezone            TEXT,
+    dst_gap             TEXT,
+    dst_fold            TEXT,
+    at                  INTEGER,
+    every_ms            INTEGER,
+    anchor              INTEGER,
+    queue               TEXT    NOT NULL,
+    payload             TEXT,
+    priority            INTEGER NOT NULL,
+    lease_ms            INTEGER NOT NULL,
+    max_attempts        INTEGER NOT NULL,
+    backoff_initial_ms  INTEGER NOT NULL,
+    backoff_max_ms      INTEGER NOT NULL,
+    misfire             TEXT    NOT NULL,
+    overlap             TEXT    NOT NULL,
+    flex_window_ms      INTEGER NOT NULL,
+    created_at          INTEGER NOT NULL,
+    PRIMARY KEY (schedule_id, version)
+);
+
+-- Occurrences. `seq` and `id` grow with planned time, and so does the unique key, which is
+-- time-major on purpose: the planner inserts in time order, so these indexes grow at their end.
+-- Stored `state` READY covers SCHEDULED (not yet due); readers report SCHEDULED when
+-- available_at > now, and RETRY_WAIT rows whose backoff passed as READY. That saves a write
+-- per occurrence on the hot path.
+CREATE TABLE occurrences (
+    seq                 INTEGER PRIMARY KEY,
+    id                  BLOB    NOT NULL UNIQUE,
+    tenant_id           INTEGER NOT NULL,
+    schedule_id         BLOB    NOT NULL,
+    version             INTEGER NOT NULL,
+    scheduled_for       INTEGER NOT NULL,
+    available_at        INTEGER NOT NULL,
+    queue               TEXT    NOT NULL,
+    priority            INTEGER NOT NULL,
+    state               TEXT    NOT NULL,
+    epoch               INTEGER NOT NULL DEFAULT 0,
+    owner               TEXT,
+    lease_until         INTEGER,
+    claimed_at          INTEGER,
+    attempts            INTEGER NOT NULL DEFAULT 0,
+    max_attempts        INTEGER NOT NULL,
+    backoff_initial_ms  INTEGER NOT NULL,
+    backoff_max_ms      INTEGER NOT NULL,
+    cancel_requested    INTEGER NOT NULL DEFAULT 0,
+    result              TEXT,
+    last_error_class    TEXT,
+    last_error          TEXT,
+    created_at          INTEGER NOT NULL,
+    finished_at         INTEGER,
+    UNIQUE (scheduled_for, schedule_id, version)
+);
+-- The claim scan: due pending work of one tenant's queue, by priority then availability.
+CREATE INDEX occurrences_pending ON occurrences (tenant_id, queue, priority DESC, available_at)
+    WHERE state IN ('READY', 'RETRY_WAIT');
+-- Expired leases: by queue for claims, globally for the sweep.
+CREATE INDEX occurrences_running_queue ON occurrences (tenant_id, queue, lease_until)
+    WHERE state = 'RUNNING';
+CREATE INDEX occurrences_running ON occurrences (lease_until) WHERE state = 'RUNNING';
+-- Listing by schedule. Schedule-major, so it is the one index that is not append-mostly.
+CREATE INDEX occurrences_schedule ON occurrences (schedule_id, scheduled_for);
+
+-- One row per claim.
+CREATE TABLE attempts (
+    occurrence_seq  INTEGER NOT NULL,
+    epoch           INTEGER NOT NULL,
+    owner           TEXT    NOT NULL,
+    started_at      INTEGER NOT NULL,
+    lease_until     INTEGER NOT NULL,
+    finished_at     INTEGER,
+    outcome         TEXT    NOT NULL,          -- running | succeeded | failed | lease_expired
+    error_class     TEXT,
+    error_message   TEXT,
+    PRIMARY KEY (occurrence_seq, epoch)
+) WITHOUT ROWID;
+
+-- Transactional outbox for external targets (NATS JetStream first).
+CREATE TABLE outbox (
+    seq             INTEGER PRIMARY KEY,
+    tenant_id       INTEGER NOT NULL,
+    occurrence_id   BLOB    NOT NULL,
+    target          TEXT    NOT NULL,
+    payload         TEXT,
+    created_at      INTEGER NOT NULL,
+    delivered_at    INTEGER,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT
+);
+CREATE INDEX outbox_pending ON outbox (seq) WHERE delivered_at IS NULL;
+
+-- Planner shard leases, fenced by epoch like occurrence leases.
+CREATE TABLE shard_leases (
+    shard        INTEGER PRIMARY KEY,
+    owner        TEXT,
+    epoch        INTEGER NOT NULL DEFAULT 0,
+    lease_until  INTEGER
+);
+
+CREATE TABLE idempotency_keys (
+    tenant_id     INTEGER NOT NULL,
+    key           TEXT    NOT NULL,
+    request_hash  BLOB    NOT NULL,
+    status        INTEGER,
+    response      TEXT,
+    created_at    INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, key)
+) WITHOUT ROWID;

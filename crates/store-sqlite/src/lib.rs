@@ -1,0 +1,230 @@
+//! Campanile's embedded store on SQLite.
+//!
+//! - WAL mode, `synchronous = FULL`: a commit that returned is on disk.
+//! - **One writer thread** owns the only write connection. Callers send it jobs; it takes
+//!   every job waiting in its queue and runs them together in one `BEGIN IMMEDIATE`
+//!   transaction, each job inside its own savepoint, then commits once and answers every
+//!   caller after the commit. Many small requests thus cost one fsync (group commit), and no
+//!   two writers ever contend for SQLite's lock inside the process.
+//! - Read-only connections serve queries concurrently.
+//!
+//! Time: an operation's `now` is the caller's (tests) or this process's [`Clock`].
+
+mod migrate;
+mod ops;
+mod pool;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use campanile_core::{Clock, SystemClock};
+use campanile_store::*;
+use jiff::Timestamp;
+use rusqlite::Connection;
+
+pub use migrate::MIGRATIONS;
+
+/// The embedded SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    writer: writer::Writer,
+    readers: pool::ReadPool,
+    clock: Arc<dyn Clock>,
+}
+
+/// Options for [`SqliteStore::open_with`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The clock used when an operation's `now` is `None`.
+    pub clock: Arc<dyn Clock>,
+    /// Most jobs the writer folds into one transaction.
+    pub max_group: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            clock: Arc::new(SystemClock),
+            max_group: 512,
+        }
+    }
+}
+
+pub(crate) fn db_err(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::ConstraintViolation) => StoreError::AlreadyExists(e.to_string()),
+        Some(
+            ErrorCode::CannotOpen
+            | ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::SystemIoFailure
+            | ErrorCode::DiskFull
+            | ErrorCode::ReadOnly,
+        ) => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Database(e.to_string()),
+    }
+}
+
+pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(db_err)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = OFF;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -65536;",
+    )
+    .map_err(db_err)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] if the file cannot be opened; [`StoreError::Migration`] if
+    /// the schema is newer than this binary or a migration fails.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::open`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open`].
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        opts: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path).map_err(db_err)?;
+        configure(&conn)?;
+        migrate::apply(&mut conn)?;
+        let writer = writer::Writer::start(conn, opts.max_group)?;
+        let readers = pool::ReadPool::new(path.clone());
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                writer,
+                readers,
+                clock: opts.clock,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn now(&self, now: Option<Timestamp>) -> i64 {
+        now.unwrap_or_else(|| self.inner.clock.now())
+            .as_millisecond()
+    }
+
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.inner.writer.run(f).await
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let readers = self.inner.readers.clone();
+        tokio::task::spawn_blocking(move || readers.with(f))
+            .await
+            .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn tenant_create(&self, p: TenantCreate) -> Result<Tenant, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::tenant_create(c, &p.name, now))
+            .await
+    }
+
+    async fn schedule_create(&self, p: ScheduleCreate) -> Result<(), StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::schedule_create(c, &p, now)).await
+    }
+
+    async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::occurrence_insert_many(c, &p, now))
+            .await
+    }
+
+    async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
+        let now = self.now(p.now);
+        if p.lease <= jiff::SignedDuration::ZERO {
+            return Err(StoreError::Invalid("lease must be positive".into()));
+        }
+        if p.max == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(move |c| ops::occurrence_claim(c, &p, now)).await
+    }
+
+    async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
+        let now = self.now(p.now);
+        if p.lease <= jiff::SignedDuration::ZERO {
+            return Err(StoreError::Invalid("lease must be positive".into()));
+        }
+        self.write(move |c| ops::lease_renew(c, &p, now)).await
+    }
+
+    async fn occurrence_finish_many(
+        &self,
+        p: OccurrenceFinishMany,
+    ) -> Result<Vec<Ack>, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::occurrence_finish_many(c, &p, now))
+            .await
+    }
+
+    async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::occurrence_cancel(c, &p, now))
+            .await
+    }
+
+    async fn occurrence_redrive(&self, p: OccurrenceRedrive) -> Result<Ack, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::occurrence_redrive(c, &p, now))
+            .await
+    }
+
+    async fn lease_sweep(&self, p: LeaseSweep) -> Result<SweepReport, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| ops::lease_sweep(c, p.limit, now)).await
+    }
+
+    async fn occurrence_get(
+        &self,
+        p: OccurrenceGet,
+    ) -> Result<Option<OccurrenceDetail>, StoreError> {
+        let now = self.now(p.now);
+        self.read(move |c| ops::occurrence_get(c, &p, now)).await
+    }
+
+    async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError> {
+        let now = self.now(p.now);
+        self.read(move |c| ops::occurrence_list(c, &p, now)).await
+    }
+}

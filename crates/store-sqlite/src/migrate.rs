@@ -1,0 +1,50 @@
+//! Versioned migrations, embedded in the binary and applied in one transaction.
+
+use campanile_store::StoreError;
+use rusqlite::Connection;
+
+use crate::db_err;
+
+/// `(version, name, sql)` of every migration, in order.
+pub const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+/// Applies the migrations the database lacks; refuses a database newer than this binary.
+pub(crate) fn apply(conn: &mut Connection) -> Result<u32, StoreError> {
+    let mig = |e: rusqlite::Error| StoreError::Migration(db_err(e).to_string());
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(mig)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS campanile_migrations (
+             version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+    )
+    .map_err(mig)?;
+    let current: i64 = tx
+        .query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM campanile_migrations",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(mig)?;
+    let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > latest {
+        return Err(StoreError::Migration(format!(
+            "database schema version {current} is newer than this binary's ({latest}); upgrade campanile"
+        )));
+    }
+    let mut applied = 0;
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        tx.execute_batch(sql)
+            .map_err(|e| StoreError::Migration(format!("migration {version} ({name}): {e}")))?;
+        tx.execute(
+            "INSERT INTO campanile_migrations (version, name, applied_at)
+             VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000 AS INTEGER))",
+            rusqlite::params![version, name],
+        )
+        .map_err(mig)?;
+        applied += 1;
+    }
+    tx.commit().map_err(mig)?;
+    Ok(applied)
+}

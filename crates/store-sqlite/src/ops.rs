@@ -1,0 +1,881 @@
+//! The SQL of every store operation. Writes run on the writer thread inside its transaction;
+//! reads on a read-only connection.
+
+use std::collections::HashMap;
+
+use campanile_core::{
+    Backoff, ErrorClass, OccurrenceId, OccurrenceState, ScheduleId, occurrence_id,
+};
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use uuid::Uuid;
+
+use crate::db_err;
+
+type R<T> = Result<T, StoreError>;
+
+fn ts(ms: i64) -> R<Timestamp> {
+    Timestamp::from_millisecond(ms)
+        .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
+}
+
+fn opt_ts(ms: Option<i64>) -> R<Option<Timestamp>> {
+    ms.map(ts).transpose()
+}
+
+fn dur_ms(d: SignedDuration) -> i64 {
+    d.as_millis()
+        .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn stored_state(s: &str) -> R<OccurrenceState> {
+    s.parse().map_err(|e| StoreError::Database(format!("{e}")))
+}
+
+/// The state readers see: pending-but-not-due is SCHEDULED; a retry past its backoff is READY.
+fn reported(stored: OccurrenceState, available_at: i64, now: i64) -> OccurrenceState {
+    match stored {
+        OccurrenceState::Ready if available_at > now => OccurrenceState::Scheduled,
+        OccurrenceState::RetryWait if available_at <= now => OccurrenceState::Ready,
+        s => s,
+    }
+}
+
+pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
+    let id = c
+        .prepare_cached("INSERT INTO tenants (name, created_at) VALUES (?1, ?2) RETURNING id")
+        .and_then(|mut s| s.query_row(params![name, now], |r| r.get::<_, i64>(0)))
+        .map_err(|e| match db_err(e) {
+            StoreError::AlreadyExists(_) => StoreError::AlreadyExists(format!("tenant '{name}'")),
+            other => other,
+        })?;
+    Ok(Tenant {
+        id: TenantId(id),
+        name: name.to_string(),
+        created_at: ts(now)?,
+    })
+}
+
+pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R<()> {
+    c.prepare_cached(
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+         VALUES (?1, ?2, 1, 'ACTIVE', ?3, ?4, ?5, ?5)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            p.id.0,
+            p.tenant.0,
+            p.shard,
+            p.next_run_at.map(|t| t.as_millisecond()),
+            now
+        ])
+    })
+    .map_err(db_err)?;
+    version_insert(c, p.id, 1, &p.spec, now)
+}
+
+fn version_insert(
+    c: &Connection,
+    id: ScheduleId,
+    version: u32,
+    spec: &ScheduleSpec,
+    now: i64,
+) -> R<()> {
+    let (kind, cron, tz, gap, fold, at, every, anchor) = match &spec.timing {
+        Timing::Cron {
+            expr,
+            timezone,
+            dst_gap,
+            dst_fold,
+        } => (
+            "cron",
+            Some(expr.as_str()),
+            Some(timezone.as_str()),
+            Some(dst_gap.to_string()),
+            Some(dst_fold.to_string()),
+            None,
+            None,
+            None,
+        ),
+        Timing::At(t) => (
+            "at",
+            None,
+            None,
+            None,
+            None,
+            Some(t.as_millisecond()),
+            None,
+            None,
+        ),
+        Timing::Every { period, anchor } => (
+            "every",
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(dur_ms(*period)),
+            Some(anchor.as_millisecond()),
+        ),
+        _ => return Err(StoreError::Invalid("unsupported timing".into())),
+    };
+    c.prepare_cached(
+        "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
+             at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
+             backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            id.0,
+            version,
+            kind,
+            cron,
+            tz,
+            gap,
+            fold,
+            at,
+            every,
+            anchor,
+            spec.queue,
+            spec.payload,
+            spec.priority,
+            dur_ms(spec.lease),
+            spec.max_attempts,
+            dur_ms(spec.backoff_initial),
+            dur_ms(spec.backoff_max),
+            spec.misfire,
+            spec.overlap,
+            dur_ms(spec.flex_window),
+            now
+        ])
+    })
+    .map_err(db_err)?;
+    Ok(())
+}
+
+pub(crate) fn occurrence_insert_many(c: &Connection, p: &OccurrenceInsertMany, now: i64) -> R<u64> {
+    let mut stmt = c
+        .prepare_cached(
+            "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms,
+                 created_at, finished_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+             ON CONFLICT DO NOTHING",
+        )
+        .map_err(db_err)?;
+    let mut inserted = 0;
+    for o in &p.items {
+        let id = occurrence_id(o.schedule_id, o.version, o.scheduled_for);
+        let state = match o.state {
+            OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
+            s @ (OccurrenceState::Missed
+            | OccurrenceState::SkippedOverlap
+            | OccurrenceState::Canceled) => s,
+            other => {
+                return Err(StoreError::Invalid(format!(
+                    "cannot insert an occurrence as {other}"
+                )));
+            }
+        };
+        let finished = (state != OccurrenceState::Ready).then_some(now);
+        inserted += stmt
+            .execute(params![
+                id.0,
+                p.tenant.0,
+                o.schedule_id.0,
+                o.version,
+                o.scheduled_for.as_millisecond(),
+                o.available_at.as_millisecond(),
+                o.queue,
+                o.priority,
+                state.as_str(),
+                o.max_attempts,
+                dur_ms(o.backoff_initial),
+                dur_ms(o.backoff_max),
+                now,
+                finished
+            ])
+            .map_err(db_err)? as u64;
+    }
+    Ok(inserted)
+}
+
+pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
+    let lease_until = now.saturating_add(dur_ms(p.lease));
+    // Two index scans — due pending work, expired leases with attempts left — merged by
+    // priority and availability. The single writer makes the read-then-write atomic.
+    let mut stmt = c
+        .prepare_cached(
+            "UPDATE occurrences
+                SET state = 'RUNNING', owner = ?3, epoch = epoch + 1, attempts = attempts + 1,
+                    lease_until = ?5, claimed_at = ?4, cancel_requested = 0
+              WHERE seq IN (
+                SELECT seq FROM (
+                    SELECT seq, priority, available_at FROM (
+                        SELECT seq, priority, available_at FROM occurrences
+                         WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
+                           AND available_at <= ?4
+                         ORDER BY priority DESC, available_at LIMIT ?6)
+                    UNION ALL
+                    SELECT seq, priority, available_at FROM (
+                        SELECT seq, priority, available_at FROM occurrences
+                         WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING'
+                           AND lease_until <= ?4 AND attempts < max_attempts
+                         ORDER BY lease_until LIMIT ?6))
+                 ORDER BY priority DESC, available_at, seq LIMIT ?6)
+             RETURNING seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts",
+        )
+        .map_err(db_err)?;
+    let rows: Vec<(i64, Uuid, Uuid, u32, i64, i64, i64, u32)> = stmt
+        .query_map(
+            params![p.tenant.0, p.queue, p.worker_id, now, lease_until, p.max],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            },
+        )
+        .and_then(|it| it.collect())
+        .map_err(db_err)?;
+    let mut expire_prev = c
+        .prepare_cached(
+            "UPDATE attempts SET outcome = 'lease_expired', finished_at = ?3
+              WHERE occurrence_seq = ?1 AND epoch = ?2 AND outcome = 'running'",
+        )
+        .map_err(db_err)?;
+    let mut attempt = c
+        .prepare_cached(
+            "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running')",
+        )
+        .map_err(db_err)?;
+    let mut payload_q = c
+        .prepare_cached(
+            "SELECT payload FROM schedule_versions WHERE schedule_id = ?1 AND version = ?2",
+        )
+        .map_err(db_err)?;
+    let mut payloads: HashMap<(Uuid, u32), Option<String>> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for (seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts) in rows {
+        if epoch > 1 {
+            expire_prev
+                .execute(params![seq, epoch - 1, now])
+                .map_err(db_err)?;
+        }
+        attempt
+            .execute(params![seq, epoch, p.worker_id, now, lease_until])
+            .map_err(db_err)?;
+        let payload = match payloads.get(&(schedule_id, version)) {
+            Some(p) => p.clone(),
+            None => {
+                let p: Option<String> = payload_q
+                    .query_row(params![schedule_id, version], |r| r.get(0))
+                    .optional()
+                    .map_err(db_err)?
+                    .flatten();
+                payloads.insert((schedule_id, version), p.clone());
+                p
+            }
+        };
+        out.push(Claimed {
+            id: OccurrenceId(id),
+            schedule_id: ScheduleId(schedule_id),
+            version,
+            scheduled_for: ts(scheduled_for)?,
+            available_at: ts(available_at)?,
+            epoch,
+            lease_until: ts(lease_until)?,
+            attempt: attempts,
+            claimed_at: ts(now)?,
+            payload,
+        });
+    }
+    out.sort_by_key(|c| c.available_at);
+    Ok(out)
+}
+
+pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Renewal>> {
+    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let arr = serde_json::Value::from(
+        p.leases
+            .iter()
+            .map(|l| serde_json::json!([l.occurrence_id.0.simple().to_string(), l.epoch]))
+            .collect::<Vec<_>>(),
+    )
+    .to_string();
+    let mut stmt = c
+        .prepare_cached(
+            "UPDATE occurrences SET lease_until = ?5
+              WHERE tenant_id = ?1 AND owner = ?2 AND state = 'RUNNING' AND lease_until > ?3
+                AND (id, epoch) IN (SELECT unhex(json_extract(value, '$[0]')), json_extract(value, '$[1]')
+                                      FROM json_each(?4))
+             RETURNING id, epoch, cancel_requested",
+        )
+        .map_err(db_err)?;
+    let renewed: HashMap<(Uuid, i64), bool> = stmt
+        .query_map(
+            params![p.tenant.0, p.worker_id, now, arr, lease_until],
+            |r| {
+                Ok((
+                    (r.get::<_, Uuid>(0)?, r.get::<_, i64>(1)?),
+                    r.get::<_, bool>(2)?,
+                ))
+            },
+        )
+        .and_then(|it| it.collect())
+        .map_err(db_err)?;
+    let until = ts(lease_until)?;
+    Ok(p.leases
+        .iter()
+        .map(|l| {
+            let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
+            Renewal {
+                lease: *l,
+                renewed: hit.is_some(),
+                lease_until: hit.map(|_| until),
+                cancel_requested: hit.copied().unwrap_or(false),
+            }
+        })
+        .collect())
+}
+
+struct Fence {
+    seq: i64,
+    state: OccurrenceState,
+    owner: Option<String>,
+    epoch: i64,
+    lease_until: Option<i64>,
+    available_at: i64,
+    attempts: u32,
+    max_attempts: u32,
+    backoff_initial_ms: i64,
+    backoff_max_ms: i64,
+}
+
+fn fence_row(c: &Connection, tenant: TenantId, id: OccurrenceId) -> R<Option<Fence>> {
+    c.prepare_cached(
+        "SELECT seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
+                backoff_initial_ms, backoff_max_ms
+           FROM occurrences WHERE id = ?1 AND tenant_id = ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![id.0, tenant.0], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+                r.get(9)?,
+            ))
+        })
+        .optional()
+    })
+    .map_err(db_err)?
+    .map(
+        |(seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts, bi, bm)| {
+            Ok(Fence {
+                seq,
+                state: stored_state(&state)?,
+                owner,
+                epoch,
+                lease_until,
+                available_at,
+                attempts,
+                max_attempts,
+                backoff_initial_ms: bi,
+                backoff_max_ms: bm,
+            })
+        },
+    )
+    .transpose()
+}
+
+/// Which of the three checks (epoch, owner, lease) fails, if any.
+fn fence_check(f: &Fence, worker: &str, epoch: i64, now: i64) -> R<Option<Conflict>> {
+    if f.epoch != epoch {
+        return Ok(Some(Conflict::StaleEpoch {
+            sent: epoch,
+            current: f.epoch,
+        }));
+    }
+    if f.owner.as_deref() != Some(worker) {
+        return Ok(Some(Conflict::NotOwner {
+            owner: f.owner.clone(),
+        }));
+    }
+    let expired = f.lease_until.is_none_or(|l| l <= now);
+    match f.state {
+        OccurrenceState::Running if expired => Ok(Some(Conflict::LeaseExpired {
+            lease_until: ts(f.lease_until.unwrap_or(0))?,
+        })),
+        OccurrenceState::Running => Ok(None),
+        OccurrenceState::Ready | OccurrenceState::Dead if expired => {
+            Ok(Some(Conflict::LeaseExpired {
+                lease_until: ts(f.lease_until.unwrap_or(0))?,
+            }))
+        }
+        s => Ok(Some(Conflict::WrongState {
+            state: reported(s, f.available_at, now),
+        })),
+    }
+}
+
+fn refused(id: OccurrenceId, conflict: Conflict) -> Ack {
+    Ack {
+        occurrence_id: id,
+        rows: 0,
+        conflict: Some(conflict),
+        state: None,
+        retry_at: None,
+    }
+}
+
+pub(crate) fn occurrence_finish_many(
+    c: &Connection,
+    p: &OccurrenceFinishMany,
+    now: i64,
+) -> R<Vec<Ack>> {
+    let mut out = Vec::with_capacity(p.items.len());
+    for item in &p.items {
+        out.push(finish_one(c, p.tenant, &p.worker_id, item, now)?);
+    }
+    Ok(out)
+}
+
+fn finish_one(
+    c: &Connection,
+    tenant: TenantId,
+    worker: &str,
+    item: &FinishItem,
+    now: i64,
+) -> R<Ack> {
+    let id = item.lease.occurrence_id;
+    let Some(f) = fence_row(c, tenant, id)? else {
+        return Ok(refused(id, Conflict::NotFound));
+    };
+    if let Some(conflict) = fence_check(&f, worker, item.lease.epoch, now)? {
+        return Ok(refused(id, conflict));
+    }
+    let (state, result, available_at, finished, class, message, outcome) = match &item.finish {
+        Finish::Succeeded { result } => (
+            OccurrenceState::Succeeded,
+            result.clone(),
+            f.available_at,
+            Some(now),
+            None,
+            None,
+            "succeeded",
+        ),
+        Finish::Failed { class, message } => {
+            let retry = *class == ErrorClass::Transient && f.attempts < f.max_attempts;
+            if retry {
+                let backoff = Backoff::new(
+                    SignedDuration::from_millis(f.backoff_initial_ms.max(1)),
+                    SignedDuration::from_millis(f.backoff_max_ms.max(f.backoff_initial_ms.max(1))),
+                )
+                .map_err(|e| StoreError::Database(e.to_string()))?;
+                let at = now.saturating_add(dur_ms(backoff.delay(id, f.attempts)));
+                (
+                    OccurrenceState::RetryWait,
+                    None,
+                    at,
+                    None,
+                    Some(class.as_str()),
+                    Some(message.clone()),
+                    "failed",
+                )
+            } else {
+                (
+                    OccurrenceState::Dead,
+                    None,
+                    f.available_at,
+                    Some(now),
+                    Some(class.as_str()),
+                    Some(message.clone()),
+                    "failed",
+                )
+            }
+        }
+    };
+    let rows = c
+        .prepare_cached(
+            "UPDATE occurrences
+                SET state = ?1, result = COALESCE(?2, result), available_at = ?3, finished_at = ?4,
+                    last_error_class = COALESCE(?5, last_error_class), last_error = COALESCE(?6, last_error)
+              WHERE seq = ?7 AND state = 'RUNNING' AND owner = ?8 AND epoch = ?9 AND lease_until > ?10",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                state.as_str(),
+                result,
+                available_at,
+                finished,
+                class,
+                message,
+                f.seq,
+                worker,
+                item.lease.epoch,
+                now
+            ])
+        })
+        .map_err(db_err)? as u64;
+    if rows == 0 {
+        // Cannot happen under the single writer; answer honestly if it ever does.
+        return Ok(refused(id, Conflict::WrongState { state: f.state }));
+    }
+    c.prepare_cached(
+        "UPDATE attempts SET outcome = ?1, finished_at = ?2, error_class = ?3, error_message = ?4
+          WHERE occurrence_seq = ?5 AND epoch = ?6",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            outcome,
+            now,
+            class,
+            message,
+            f.seq,
+            item.lease.epoch
+        ])
+    })
+    .map_err(db_err)?;
+    Ok(Ack {
+        occurrence_id: id,
+        rows,
+        conflict: None,
+        state: Some(state),
+        retry_at: (state == OccurrenceState::RetryWait)
+            .then(|| ts(available_at))
+            .transpose()?,
+    })
+}
+
+pub(crate) fn occurrence_cancel(c: &Connection, p: &OccurrenceCancel, now: i64) -> R<Ack> {
+    let id = p.occurrence_id;
+    let Some(f) = fence_row(c, p.tenant, id)? else {
+        return Ok(refused(id, Conflict::NotFound));
+    };
+    let (sql, state) = match f.state {
+        OccurrenceState::Ready | OccurrenceState::RetryWait => (
+            "UPDATE occurrences SET state = 'CANCELED', finished_at = ?2
+              WHERE seq = ?1 AND state IN ('READY', 'RETRY_WAIT')",
+            OccurrenceState::Canceled,
+        ),
+        OccurrenceState::Running => (
+            "UPDATE occurrences SET cancel_requested = 1 WHERE seq = ?1 AND state = 'RUNNING' AND ?2 = ?2",
+            OccurrenceState::Running,
+        ),
+        s => {
+            return Ok(refused(
+                id,
+                Conflict::WrongState {
+                    state: reported(s, f.available_at, now),
+                },
+            ));
+        }
+    };
+    let rows = c
+        .prepare_cached(sql)
+        .and_then(|mut s| s.execute(params![f.seq, now]))
+        .map_err(db_err)? as u64;
+    Ok(Ack {
+        occurrence_id: id,
+        rows,
+        conflict: None,
+        state: Some(state),
+        retry_at: None,
+    })
+}
+
+pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64) -> R<Ack> {
+    let id = p.occurrence_id;
+    let rows = c
+        .prepare_cached(
+            "UPDATE occurrences
+                SET state = 'READY', attempts = 0, available_at = ?3, finished_at = NULL,
+                    cancel_requested = 0
+              WHERE id = ?1 AND tenant_id = ?2 AND state = 'DEAD'",
+        )
+        .and_then(|mut s| s.execute(params![id.0, p.tenant.0, now]))
+        .map_err(db_err)? as u64;
+    if rows == 1 {
+        return Ok(Ack {
+            occurrence_id: id,
+            rows,
+            conflict: None,
+            state: Some(OccurrenceState::Ready),
+            retry_at: None,
+        });
+    }
+    Ok(match fence_row(c, p.tenant, id)? {
+        None => refused(id, Conflict::NotFound),
+        Some(f) => refused(
+            id,
+            Conflict::WrongState {
+                state: reported(f.state, f.available_at, now),
+            },
+        ),
+    })
+}
+
+pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport> {
+    let expired: Vec<(i64, i64, u32, u32)> = c
+        .prepare_cached(
+            "SELECT seq, epoch, attempts, max_attempts FROM occurrences
+              WHERE state = 'RUNNING' AND lease_until <= ?1 ORDER BY lease_until LIMIT ?2",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![now, limit], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect()
+        })
+        .map_err(db_err)?;
+    let mut report = SweepReport::default();
+    let mut requeue = c
+        .prepare_cached(
+            "UPDATE occurrences SET state = 'READY', last_error = 'lease expired'
+              WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
+        )
+        .map_err(db_err)?;
+    let mut bury = c
+        .prepare_cached(
+            "UPDATE occurrences SET state = 'DEAD', finished_at = ?2, last_error = 'lease expired'
+              WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
+        )
+        .map_err(db_err)?;
+    let mut attempt = c
+        .prepare_cached(
+            "UPDATE attempts SET outcome = 'lease_expired', finished_at = ?3
+              WHERE occurrence_seq = ?1 AND epoch = ?2 AND outcome = 'running'",
+        )
+        .map_err(db_err)?;
+    for (seq, epoch, attempts, max) in expired {
+        if attempts >= max {
+            report.dead += bury.execute(params![seq, now]).map_err(db_err)? as u64;
+        } else {
+            report.requeued += requeue.execute(params![seq, now]).map_err(db_err)? as u64;
+        }
+        attempt.execute(params![seq, epoch, now]).map_err(db_err)?;
+    }
+    Ok(report)
+}
+
+const OCC_COLS: &str =
+    "seq, id, schedule_id, version, scheduled_for, available_at, queue, priority, state,
+    epoch, owner, lease_until, attempts, max_attempts, cancel_requested, result, last_error_class,
+    last_error, finished_at";
+
+fn occurrence_row(r: &Row<'_>, now: i64) -> rusqlite::Result<R<(i64, Occurrence)>> {
+    let state: String = r.get(8)?;
+    let available_at: i64 = r.get(5)?;
+    let class: Option<String> = r.get(16)?;
+    let raw = (
+        r.get::<_, i64>(0)?,
+        r.get::<_, Uuid>(1)?,
+        r.get::<_, Uuid>(2)?,
+        r.get::<_, u32>(3)?,
+        r.get::<_, i64>(4)?,
+        r.get::<_, String>(6)?,
+        r.get::<_, i32>(7)?,
+        r.get::<_, i64>(9)?,
+        r.get::<_, Option<String>>(10)?,
+        r.get::<_, Option<i64>>(11)?,
+    );
+    let more = (
+        r.get::<_, u32>(12)?,
+        r.get::<_, u32>(13)?,
+        r.get::<_, bool>(14)?,
+        r.get::<_, Option<String>>(15)?,
+        r.get::<_, Option<String>>(17)?,
+        r.get::<_, Option<i64>>(18)?,
+    );
+    Ok((|| {
+        let (
+            seq,
+            id,
+            schedule_id,
+            version,
+            scheduled_for,
+            queue,
+            priority,
+            epoch,
+            owner,
+            lease_until,
+        ) = raw;
+        let (attempts, max_attempts, cancel_requested, result, last_error, finished_at) = more;
+        Ok((
+            seq,
+            Occurrence {
+                id: OccurrenceId(id),
+                schedule_id: ScheduleId(schedule_id),
+                version,
+                scheduled_for: ts(scheduled_for)?,
+                available_at: ts(available_at)?,
+                queue,
+                priority,
+                state: reported(stored_state(&state)?, available_at, now),
+                epoch,
+                owner,
+                lease_until: opt_ts(lease_until)?,
+                attempts,
+                max_attempts,
+                cancel_requested,
+                result,
+                last_error_class: class.as_deref().and_then(|c| c.parse().ok()),
+                last_error,
+                finished_at: opt_ts(finished_at)?,
+            },
+        ))
+    })())
+}
+
+pub(crate) fn occurrence_get(
+    c: &Connection,
+    p: &OccurrenceGet,
+    now: i64,
+) -> R<Option<OccurrenceDetail>> {
+    let found = match p.key {
+        OccurrenceKey::Id(id) => c
+            .prepare_cached(&format!(
+                "SELECT {OCC_COLS} FROM occurrences WHERE id = ?1 AND tenant_id = ?2"
+            ))
+            .and_then(|mut s| {
+                s.query_row(params![id.0, p.tenant.0], |r| occurrence_row(r, now))
+                    .optional()
+            }),
+        OccurrenceKey::Planned {
+            schedule_id,
+            scheduled_for,
+        } => c
+            .prepare_cached(&format!(
+                "SELECT {OCC_COLS} FROM occurrences
+                  WHERE scheduled_for = ?1 AND schedule_id = ?2 AND tenant_id = ?3
+                  ORDER BY version DESC LIMIT 1"
+            ))
+            .and_then(|mut s| {
+                s.query_row(
+                    params![scheduled_for.as_millisecond(), schedule_id.0, p.tenant.0],
+                    |r| occurrence_row(r, now),
+                )
+                .optional()
+            }),
+    }
+    .map_err(db_err)?;
+    let Some(row) = found else { return Ok(None) };
+    let (seq, occurrence) = row?;
+    let attempts = c
+        .prepare_cached(
+            "SELECT epoch, owner, started_at, lease_until, finished_at, outcome, error_class, error_message
+               FROM attempts WHERE occurrence_seq = ?1 ORDER BY epoch",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![seq], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, Option<String>>(7)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?
+        .into_iter()
+        .map(|(epoch, owner, started, lease, finished, outcome, class, message)| {
+            Ok(Attempt {
+                epoch,
+                owner,
+                started_at: ts(started)?,
+                lease_until: ts(lease)?,
+                finished_at: opt_ts(finished)?,
+                outcome: AttemptOutcome::parse(&outcome)
+                    .ok_or_else(|| StoreError::Database(format!("unknown attempt outcome '{outcome}'")))?,
+                error_class: class.as_deref().and_then(|c| c.parse().ok()),
+                error_message: message,
+            })
+        })
+        .collect::<R<Vec<_>>>()?;
+    Ok(Some(OccurrenceDetail {
+        occurrence,
+        attempts,
+    }))
+}
+
+pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R<Vec<Occurrence>> {
+    let mut sql = format!("SELECT {OCC_COLS} FROM occurrences WHERE tenant_id = :tenant");
+    let sid = p.schedule_id.map(|s| s.0);
+    if sid.is_some() {
+        sql.push_str(" AND schedule_id = :sid");
+    }
+    if p.from.is_some() {
+        sql.push_str(" AND scheduled_for >= :from");
+    }
+    if p.to.is_some() {
+        sql.push_str(" AND scheduled_for < :to");
+    }
+    if p.after.is_some() {
+        sql.push_str(" AND (scheduled_for, id) > (:after_t, :after_id)");
+    }
+    if let Some(state) = p.state {
+        sql.push_str(match state {
+            OccurrenceState::Scheduled => " AND state = 'READY' AND available_at > :now",
+            OccurrenceState::Ready => {
+                " AND state IN ('READY', 'RETRY_WAIT') AND available_at <= :now"
+            }
+            OccurrenceState::RetryWait => " AND state = 'RETRY_WAIT' AND available_at > :now",
+            _ => " AND state = :state",
+        });
+    }
+    sql.push_str(" ORDER BY scheduled_for, id LIMIT :limit");
+    let mut stmt = c.prepare_cached(&sql).map_err(db_err)?;
+    let mut named: Vec<(&str, Box<dyn rusqlite::ToSql>)> = vec![
+        (":tenant", Box::new(p.tenant.0)),
+        (":limit", Box::new(p.limit)),
+    ];
+    if let Some(s) = sid {
+        named.push((":sid", Box::new(s)));
+    }
+    if let Some(f) = p.from {
+        named.push((":from", Box::new(f.as_millisecond())));
+    }
+    if let Some(t) = p.to {
+        named.push((":to", Box::new(t.as_millisecond())));
+    }
+    if let Some((t, id)) = p.after {
+        named.push((":after_t", Box::new(t.as_millisecond())));
+        named.push((":after_id", Box::new(id.0)));
+    }
+    if let Some(state) = p.state {
+        match state {
+            OccurrenceState::Scheduled | OccurrenceState::Ready | OccurrenceState::RetryWait => {
+                named.push((":now", Box::new(now)))
+            }
+            s => named.push((":state", Box::new(s.as_str()))),
+        }
+    }
+    let refs: Vec<(&str, &dyn rusqlite::ToSql)> =
+        named.iter().map(|(k, v)| (*k, v.as_ref())).collect();
+    let rows = stmt
+        .query_map(refs.as_slice(), |r| occurrence_row(r, now))
+        .and_then(|it| it.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(db_err)?;
+    rows.into_iter().map(|r| r.map(|(_, o)| o)).collect()
+}

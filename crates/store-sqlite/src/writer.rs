@@ -1,0 +1,103 @@
+//! The single writer thread and its group commit.
+
+use std::sync::mpsc;
+use std::thread;
+
+use campanile_store::StoreError;
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::db_err;
+
+/// Runs inside the transaction; returns whether it succeeded and how to answer its caller
+/// once the commit's outcome is known.
+/// Called with `None` when the transaction could not start: the job then does nothing.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> (bool, Deliver) + Send>;
+type Deliver = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+#[derive(Debug)]
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Job>,
+}
+
+impl Writer {
+    pub(crate) fn start(conn: Connection, max_group: usize) -> Result<Writer, StoreError> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        thread::Builder::new()
+            .name("campanile-sqlite-writer".into())
+            .spawn(move || run(conn, rx, max_group.max(1)))
+            .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
+        Ok(Writer { tx })
+    }
+
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let out = match conn {
+                Some(conn) => f(conn),
+                None => Err(StoreError::Unavailable(
+                    "the write transaction did not start".into(),
+                )),
+            };
+            let ok = out.is_ok();
+            let deliver: Deliver = Box::new(move |commit| {
+                let _ = reply.send(commit.and(out));
+            });
+            (ok, deliver)
+        });
+        self.tx
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("the SQLite writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the SQLite writer has stopped".into()))?
+    }
+}
+
+fn run(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < max_group {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let e = db_err(e).to_string();
+            for job in jobs {
+                let (_, deliver) = job(None);
+                deliver(Err(StoreError::Unavailable(e.clone())));
+            }
+            continue;
+        }
+        let mut delivers = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            if conn.execute_batch("SAVEPOINT job").is_err() {
+                delivers.push(job(None).1);
+                continue;
+            }
+            let (ok, deliver) = job(Some(&conn));
+            let end = if ok {
+                "RELEASE job"
+            } else {
+                "ROLLBACK TO job; RELEASE job"
+            };
+            if let Err(e) = conn.execute_batch(end) {
+                tracing::error!(error = %e, "savepoint end failed");
+            }
+            delivers.push(deliver);
+        }
+        let commit = conn
+            .execute_batch("COMMIT")
+            .map_err(|e| db_err(e).to_string());
+        if commit.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for deliver in delivers {
+            deliver(commit.clone().map_err(StoreError::Unavailable));
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! Retries, dead letters, cancels, the sweep, uniqueness, tenancy and queries.
+
+use campanile_core::{Backoff, ErrorClass, OccurrenceState};
+use jiff::SignedDuration;
+use tokio::runtime::Runtime;
+
+use super::*;
+
+pub fn transient_failure_backs_off_then_retries(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(s, &f, vec![new_occ(&f, "q", secs(0), 5)]).await;
+        let c = claim(s, &f, "q", "A", 1, 30, secs(0)).await;
+        let ack = finish(
+            s,
+            &f,
+            "A",
+            ids[0],
+            c[0].epoch,
+            Finish::Failed {
+                class: ErrorClass::Transient,
+                message: "503 from upstream".into(),
+            },
+            secs(2),
+        )
+        .await;
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::RetryWait)));
+        let retry_at = ack.retry_at.expect("retry instant");
+        // Full jitter within the first ceiling (1 s), deterministic from the id.
+        let backoff =
+            Backoff::new(SignedDuration::from_secs(1), SignedDuration::from_secs(60)).unwrap();
+        assert_eq!(
+            retry_at,
+            secs(2).checked_add(backoff.delay(ids[0], 1)).unwrap()
+        );
+        if retry_at > secs(2) {
+            let before = retry_at
+                .checked_sub(SignedDuration::from_millis(1))
+                .unwrap();
+            assert_eq!(
+                get(s, &f, ids[0], before).await.occurrence.state,
+                OccurrenceState::RetryWait
+            );
+            assert!(claim(s, &f, "q", "B", 1, 30, before).await.is_empty());
+        }
+        assert_eq!(
+            get(s, &f, ids[0], retry_at).await.occurrence.state,
+            OccurrenceState::Ready
+        );
+        let c = claim(s, &f, "q", "B", 1, 30, retry_at).await;
+        assert_eq!((c[0].attempt, c[0].epoch), (2, 2));
+        assert!(
+            finish(s, &f, "B", ids[0], 2, ok("fine now"), retry_at)
+                .await
+                .accepted()
+        );
+        let d = get(s, &f, ids[0], retry_at).await;
+        let outcomes: Vec<AttemptOutcome> = d.attempts.iter().map(|a| a.outcome).collect();
+        assert_eq!(
+            outcomes,
+            vec![AttemptOutcome::Failed, AttemptOutcome::Succeeded]
+        );
+        assert_eq!(d.attempts[0].error_class, Some(ErrorClass::Transient));
+    });
+}
+
+pub fn permanent_failure_is_dead_and_redrive_keeps_history(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(s, &f, vec![new_occ(&f, "q", secs(0), 5)]).await;
+        let c = claim(s, &f, "q", "A", 1, 30, secs(0)).await;
+        let ack = finish(
+            s,
+            &f,
+            "A",
+            ids[0],
+            c[0].epoch,
+            Finish::Failed {
+                class: ErrorClass::Permanent,
+                message: "bad payload".into(),
+            },
+            secs(1),
+        )
+        .await;
+        assert_eq!(ack.state, Some(OccurrenceState::Dead));
+        assert!(
+            claim(s, &f, "q", "A", 1, 30, secs(100)).await.is_empty(),
+            "dead letters are not claimed"
+        );
+        let dead = s
+            .occurrence_list(OccurrenceList {
+                tenant: f.tenant,
+                state: Some(OccurrenceState::Dead),
+                limit: 10,
+                now: Some(secs(2)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(dead.iter().map(|o| o.id).collect::<Vec<_>>(), ids);
+
+        // Redrive only applies to DEAD; it keeps the id and the history, resets the budget.
+        let ack = s
+            .occurrence_redrive(OccurrenceRedrive {
+                tenant: f.tenant,
+                occurrence_id: ids[0],
+                now: Some(secs(200)),
+            })
+            .await
+            .unwrap();
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Ready)));
+        let again = s
+            .occurrence_redrive(OccurrenceRedrive {
+                tenant: f.tenant,
+                occurrence_id: ids[0],
+                now: Some(secs(200)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            again.conflict,
+            Some(Conflict::WrongState {
+                state: OccurrenceState::Ready
+            })
+        );
+        let c = claim(s, &f, "q", "B", 1, 30, secs(200)).await;
+        assert_eq!(
+            (c[0].id, c[0].attempt, c[0].epoch),
+            (ids[0], 1, 2),
+            "budget reset, epoch keeps growing"
+        );
+        assert!(
+            finish(s, &f, "B", ids[0], 2, ok("redriven"), secs(201))
+                .await
+                .accepted()
+        );
+        let d = get(s, &f, ids[0], secs(201)).await;
+        assert_eq!(d.attempts.len(), 2);
+        assert_eq!(d.occurrence.result.as_deref(), Some("redriven"));
+    });
+}
+
+pub fn cancel_pending_and_running(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(
+            s,
+            &f,
+            vec![new_occ(&f, "q", secs(0), 5), new_occ(&f, "q", secs(50), 5)],
+        )
+        .await;
+        let c = claim(s, &f, "q", "A", 1, 300, secs(1)).await;
+        assert_eq!(c[0].id, ids[0]);
+        // Pending: canceled outright, never claimable.
+        let ack = s
+            .occurrence_cancel(OccurrenceCancel {
+                tenant: f.tenant,
+                occurrence_id: ids[1],
+                now: Some(secs(2)),
+            })
+            .await
+            .unwrap();
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Canceled)));
+        assert!(claim(s, &f, "q", "B", 5, 30, secs(60)).await.is_empty());
+        // Running: stays running, the worker sees the flag on its next renew.
+        let ack = s
+            .occurrence_cancel(OccurrenceCancel {
+                tenant: f.tenant,
+                occurrence_id: ids[0],
+                now: Some(secs(2)),
+            })
+            .await
+            .unwrap();
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Running)));
+        let r = s
+            .lease_renew(LeaseRenew {
+                tenant: f.tenant,
+                worker_id: "A".into(),
+                leases: vec![LeaseRef {
+                    occurrence_id: ids[0],
+                    epoch: 1,
+                }],
+                lease: SignedDuration::from_secs(30),
+                now: Some(secs(3)),
+            })
+            .await
+            .unwrap();
+        assert!(r[0].renewed && r[0].cancel_requested);
+        // Canceling something finished is a conflict that names its state.
+        let ack = s
+            .occurrence_cancel(OccurrenceCancel {
+                tenant: f.tenant,
+                occurrence_id: ids[1],
+                now: Some(secs(4)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            ack.conflict,
+            Some(Conflict::WrongState {
+                state: OccurrenceState::Canceled
+            })
+        );
+        let canceled = s
+            .occurrence_list(OccurrenceList {
+                tenant: f.tenant,
+                state: Some(OccurrenceState::Canceled),
+                limit: 10,
+                now: Some(secs(4)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(canceled.len(), 1);
+    });
+}
+
+pub fn sweep_is_bounded_and_counts_attempts(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let mut items: Vec<NewOccurrence> = (0..10).map(|i| new_occ(&f, "q", at(i), 3)).collect();
+        items.extend((10..13).map(|i| new_occ(&f, "q", at(i), 1)));
+        insert(s, &f, items).await;
+        assert_eq!(claim(s, &f, "q", "A", 100, 5, secs(1)).await.len(), 13);
+        // Nothing expired yet.
+        assert_eq!(
+            s.lease_sweep(LeaseSweep {
+                limit: 4,
+                now: Some(at(5_999))
+            })
+            .await
+            .unwrap(),
+            SweepReport::default()
+        );
+        let mut total = SweepReport::default();
+        let mut calls = 0;
+        loop {
+            let r = s
+                .lease_sweep(LeaseSweep {
+                    limit: 4,
+                    now: Some(secs(6)),
+                })
+                .await
+                .unwrap();
+            assert!(r.requeued + r.dead <= 4, "bounded: {r:?}");
+            if r == SweepReport::default() {
+                break;
+            }
+            total.requeued += r.requeued;
+            total.dead += r.dead;
+            calls += 1;
+        }
+        assert_eq!((total.requeued, total.dead, calls), (10, 3, 4));
+        let again = claim(s, &f, "q", "B", 100, 5, secs(6)).await;
+        assert_eq!(again.len(), 10);
+        assert!(again.iter().all(|c| c.attempt == 2 && c.epoch == 2));
+    });
+}
+
+pub fn duplicate_keys_are_ignored(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let first = s
+            .occurrence_insert_many(OccurrenceInsertMany {
+                tenant: f.tenant,
+                items: vec![new_occ(&f, "q", secs(1), 3), new_occ(&f, "q", secs(2), 3)],
+                now: Some(secs(0)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(first, 2);
+        let mut v2 = new_occ(&f, "q", secs(2), 3);
+        v2.version = 2; // a new version may plan the same instant
+        let second = s
+            .occurrence_insert_many(OccurrenceInsertMany {
+                tenant: f.tenant,
+                items: vec![
+                    new_occ(&f, "q", secs(2), 3),
+                    new_occ(&f, "q", secs(3), 3),
+                    v2,
+                ],
+                now: Some(secs(0)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(second, 2);
+        let all = s
+            .occurrence_list(OccurrenceList {
+                tenant: f.tenant,
+                limit: 100,
+                now: Some(secs(0)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 4);
+        // Addressed by (schedule, instant): the highest version.
+        let by_key = s
+            .occurrence_get(OccurrenceGet {
+                tenant: f.tenant,
+                key: OccurrenceKey::Planned {
+                    schedule_id: f.schedule,
+                    scheduled_for: secs(2),
+                },
+                now: Some(secs(0)),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_key.occurrence.version, 2);
+    });
+}
+
+pub fn tenants_are_isolated(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let a = fixture(s, "tenant-a", "shared-name").await;
+        let b = fixture(s, "tenant-b", "shared-name").await;
+        assert!(matches!(
+            s.tenant_create(TenantCreate {
+                name: "tenant-a".into(),
+                now: None
+            })
+            .await,
+            Err(StoreError::AlreadyExists(_))
+        ));
+        let ids = insert(s, &a, vec![new_occ(&a, "shared-name", secs(0), 3)]).await;
+        // B's queue of the same name is another queue.
+        assert!(
+            claim(s, &b, "shared-name", "B", 10, 5, secs(1))
+                .await
+                .is_empty()
+        );
+        let bogus = Fixture {
+            tenant: b.tenant,
+            schedule: a.schedule,
+        };
+        assert!(
+            s.occurrence_get(OccurrenceGet {
+                tenant: b.tenant,
+                key: OccurrenceKey::Id(ids[0]),
+                now: None
+            })
+            .await
+            .unwrap()
+            .is_none()
+        );
+        let c = claim(s, &a, "shared-name", "A", 1, 5, secs(1)).await;
+        assert_eq!(c.len(), 1);
+        let ack = finish(s, &bogus, "A", ids[0], 1, ok("hijack"), secs(2)).await;
+        assert_eq!(ack.conflict, Some(Conflict::NotFound));
+        let r = s
+            .lease_renew(LeaseRenew {
+                tenant: b.tenant,
+                worker_id: "A".into(),
+                leases: vec![LeaseRef {
+                    occurrence_id: ids[0],
+                    epoch: 1,
+                }],
+                lease: SignedDuration::from_secs(5),
+                now: Some(secs(2)),
+            })
+            .await
+            .unwrap();
+        assert!(!r[0].renewed);
+        let ack = s
+            .occurrence_cancel(OccurrenceCancel {
+                tenant: b.tenant,
+                occurrence_id: ids[0],
+                now: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(ack.conflict, Some(Conflict::NotFound));
+        let listed = s
+            .occurrence_list(OccurrenceList {
+                tenant: b.tenant,
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(listed.is_empty());
+        assert!(
+            finish(s, &a, "A", ids[0], 1, ok("mine"), secs(2))
+                .await
+                .accepted()
+        );
+    });
+}
+
+pub fn list_filters_and_cursor(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let mut items: Vec<NewOccurrence> =
+            (0..20).map(|i| new_occ(&f, "q", secs(i * 10), 3)).collect();
+        for i in 20..23 {
+            let mut m = new_occ(&f, "q", secs(i * 10), 3);
+            m.state = OccurrenceState::Missed;
+            items.push(m);
+        }
+        let mut skipped = new_occ(&f, "q", secs(230), 3);
+        skipped.state = OccurrenceState::SkippedOverlap;
+        items.push(skipped);
+        insert(s, &f, items).await;
+        let other = fixture(s, "acme-2", "q").await;
+        insert(s, &other, vec![new_occ(&other, "q", secs(5), 3)]).await;
+
+        let list =
+            |state: Option<OccurrenceState>, from: Option<i64>, to: Option<i64>| OccurrenceList {
+                tenant: f.tenant,
+                schedule_id: Some(f.schedule),
+                state,
+                from: from.map(secs),
+                to: to.map(secs),
+                after: None,
+                limit: 100,
+                now: Some(secs(55)),
+            };
+        let missed = s
+            .occurrence_list(list(Some(OccurrenceState::Missed), None, None))
+            .await
+            .unwrap();
+        assert_eq!(missed.len(), 3);
+        let skipped = s
+            .occurrence_list(list(Some(OccurrenceState::SkippedOverlap), None, None))
+            .await
+            .unwrap();
+        assert_eq!(skipped.len(), 1);
+        // At t=55, 0..50 are READY (6), 60..190 SCHEDULED (14).
+        assert_eq!(
+            s.occurrence_list(list(Some(OccurrenceState::Ready), None, None))
+                .await
+                .unwrap()
+                .len(),
+            6
+        );
+        assert_eq!(
+            s.occurrence_list(list(Some(OccurrenceState::Scheduled), None, None))
+                .await
+                .unwrap()
+                .len(),
+            14
+        );
+        let window = s
+            .occurrence_list(list(None, Some(100), Some(150)))
+            .await
+            .unwrap();
+        assert_eq!(
+            window.iter().map(|o| o.scheduled_for).collect::<Vec<_>>(),
+            (10..15).map(|i| secs(i * 10)).collect::<Vec<_>>()
+        );
+        // Cursor pages cover everything exactly once, in order.
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = s
+                .occurrence_list(OccurrenceList {
+                    after,
+                    limit: 7,
+                    ..list(None, None, None)
+                })
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            after = page.last().map(|o| (o.scheduled_for, o.id));
+            seen.extend(page.into_iter().map(|o| o.scheduled_for));
+        }
+        assert_eq!(seen, (0..24).map(|i| secs(i * 10)).collect::<Vec<_>>());
+    });
+}
+
+pub fn claim_orders_by_priority_then_availability(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let mut items = Vec::new();
+        for (i, prio) in [(0, 0), (1, 5), (2, 0), (3, 5), (4, 9)] {
+            let mut o = new_occ(&f, "q", secs(i), 3);
+            o.priority = prio;
+            items.push(o);
+        }
+        let ids = insert(s, &f, items).await;
+        let order: Vec<OccurrenceId> = {
+            let mut v = Vec::new();
+            for _ in 0..5 {
+                v.extend(
+                    claim(s, &f, "q", "A", 1, 60, secs(10))
+                        .await
+                        .into_iter()
+                        .map(|c| c.id),
+                );
+            }
+            v
+        };
+        assert_eq!(order, vec![ids[4], ids[1], ids[3], ids[0], ids[2]]);
+    });
+}

@@ -1,0 +1,227 @@
+//! The conformance suite: behaviour every backend must show, run by each backend's tests
+//! through [`crate::conformance_tests!`].
+//!
+//! Everything here steps time explicitly (`now: Some(..)`), so lease expiry is exact.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod fencing;
+mod lifecycle;
+mod races;
+
+pub use fencing::*;
+pub use lifecycle::*;
+pub use races::*;
+
+use std::sync::Arc;
+
+use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
+use jiff::{SignedDuration, Timestamp};
+use uuid::Uuid;
+
+use crate::*;
+
+/// A store under test, plus whatever keeps its database alive (a temp dir, a schema).
+pub struct Harness {
+    pub store: Arc<dyn Store>,
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// Instantiates every conformance test for a backend. `$factory` is an `async fn() ->
+/// Option<Harness>`; `None` skips the test (e.g. PostgreSQL not configured).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            reference_scenario, lease_boundaries_to_the_millisecond, due_boundary,
+            max_attempts_boundary, transient_failure_backs_off_then_retries,
+            permanent_failure_is_dead_and_redrive_keeps_history, cancel_pending_and_running,
+            sweep_is_bounded_and_counts_attempts, duplicate_keys_are_ignored,
+            tenants_are_isolated, list_filters_and_cursor, renew_reports_lost_leases,
+            claim_orders_by_priority_then_availability, batch_finish_fences_each_item,
+            racing_workers_never_overwrite_a_successor);
+    };
+    (@each $factory:path; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                let rt = ::tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(4)
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                let Some(h) = rt.block_on($factory()) else { return };
+                $crate::conformance::$name(&rt, h);
+            }
+        )*
+    };
+}
+
+pub(crate) const T0: i64 = 1_800_000_000_000; // 2027-01-15T08:00:00Z
+
+pub(crate) fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millisecond(T0 + ms).unwrap()
+}
+
+pub(crate) fn secs(s: i64) -> Timestamp {
+    at(s * 1000)
+}
+
+pub(crate) fn spec(queue: &str) -> ScheduleSpec {
+    ScheduleSpec {
+        timing: Timing::At(secs(10)),
+        queue: queue.into(),
+        payload: Some("{\"report\":\"daily\"}".into()),
+        priority: 0,
+        lease: SignedDuration::from_secs(5),
+        max_attempts: 3,
+        backoff_initial: SignedDuration::from_secs(1),
+        backoff_max: SignedDuration::from_secs(60),
+        misfire: "{\"policy\":\"skip\"}".into(),
+        overlap: "allow".into(),
+        flex_window: SignedDuration::ZERO,
+    }
+}
+
+/// A tenant and a schedule to hang occurrences on.
+pub(crate) struct Fixture {
+    pub tenant: TenantId,
+    pub schedule: ScheduleId,
+}
+
+pub(crate) async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixture {
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: name.into(),
+            now: Some(at(0)),
+        })
+        .await
+        .expect("tenant")
+        .id;
+    let schedule = ScheduleId(Uuid::now_v7());
+    store
+        .schedule_create(ScheduleCreate {
+            tenant,
+            id: schedule,
+            spec: spec(queue),
+            shard: 0,
+            next_run_at: None,
+            now: Some(at(0)),
+        })
+        .await
+        .expect("schedule");
+    Fixture { tenant, schedule }
+}
+
+pub(crate) fn new_occ(
+    f: &Fixture,
+    queue: &str,
+    due: Timestamp,
+    max_attempts: u32,
+) -> NewOccurrence {
+    NewOccurrence {
+        schedule_id: f.schedule,
+        version: 1,
+        scheduled_for: due,
+        available_at: due,
+        queue: queue.into(),
+        priority: 0,
+        max_attempts,
+        backoff_initial: SignedDuration::from_secs(1),
+        backoff_max: SignedDuration::from_secs(60),
+        state: OccurrenceState::Ready,
+    }
+}
+
+pub(crate) async fn insert(
+    store: &dyn Store,
+    f: &Fixture,
+    items: Vec<NewOccurrence>,
+) -> Vec<OccurrenceId> {
+    let ids = items
+        .iter()
+        .map(|o| occurrence_id(o.schedule_id, o.version, o.scheduled_for))
+        .collect();
+    store
+        .occurrence_insert_many(OccurrenceInsertMany {
+            tenant: f.tenant,
+            items,
+            now: Some(at(0)),
+        })
+        .await
+        .expect("insert");
+    ids
+}
+
+pub(crate) async fn claim(
+    store: &dyn Store,
+    f: &Fixture,
+    queue: &str,
+    worker: &str,
+    max: u32,
+    lease_s: i64,
+    now: Timestamp,
+) -> Vec<Claimed> {
+    store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: f.tenant,
+            queue: queue.into(),
+            worker_id: worker.into(),
+            max,
+            lease: SignedDuration::from_secs(lease_s),
+            now: Some(now),
+        })
+        .await
+        .expect("claim")
+}
+
+pub(crate) async fn finish(
+    store: &dyn Store,
+    f: &Fixture,
+    worker: &str,
+    id: OccurrenceId,
+    epoch: i64,
+    finish: Finish,
+    now: Timestamp,
+) -> Ack {
+    let mut acks = store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant: f.tenant,
+            worker_id: worker.into(),
+            items: vec![FinishItem {
+                lease: LeaseRef {
+                    occurrence_id: id,
+                    epoch,
+                },
+                finish,
+            }],
+            now: Some(now),
+        })
+        .await
+        .expect("finish");
+    assert_eq!(acks.len(), 1);
+    acks.remove(0)
+}
+
+pub(crate) fn ok(result: &str) -> Finish {
+    Finish::Succeeded {
+        result: Some(result.into()),
+    }
+}
+
+pub(crate) async fn get(
+    store: &dyn Store,
+    f: &Fixture,
+    id: OccurrenceId,
+    now: Timestamp,
+) -> OccurrenceDetail {
+    store
+        .occurrence_get(OccurrenceGet {
+            tenant: f.tenant,
+            key: OccurrenceKey::Id(id),
+            now: Some(now),
+        })
+        .await
+        .expect("get")
+        .expect("occurrence exists")
+}

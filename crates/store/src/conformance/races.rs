@@ -1,0 +1,336 @@
+//! Real concurrency: eight OS threads claiming, renewing, completing, failing and sweeping
+//! the same few hundred occurrences while the test clock runs past their leases.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use campanile_core::{ErrorClass, OccurrenceState};
+use jiff::SignedDuration;
+use tokio::runtime::Runtime;
+
+use super::*;
+
+#[derive(Debug, Clone)]
+struct Sent {
+    id: OccurrenceId,
+    epoch: i64,
+    worker: String,
+    success: bool,
+    class: Option<ErrorClass>,
+    accepted: bool,
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
+    const OCCURRENCES: i64 = 300;
+    const THREADS: u64 = 8;
+    const ROUNDS: usize = 120;
+    const LEASE_MS: i64 = 40;
+
+    let store = h.store.clone();
+    let f = rt.block_on(async {
+        let f = fixture(store.as_ref(), "racers", "hot").await;
+        insert(
+            store.as_ref(),
+            &f,
+            (0..OCCURRENCES)
+                .map(|i| new_occ(&f, "hot", at(i), 40))
+                .collect(),
+        )
+        .await;
+        f
+    });
+    let f = Arc::new(f);
+    let clock = Arc::new(AtomicI64::new(T0 + 1_000));
+    let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
+    let claims: Arc<Mutex<Vec<(OccurrenceId, i64)>>> = Arc::default();
+
+    let threads: Vec<_> = (0..THREADS)
+        .map(|k| {
+            let (store, f, clock, sent, claims) = (
+                store.clone(),
+                f.clone(),
+                clock.clone(),
+                sent.clone(),
+                claims.clone(),
+            );
+            let handle = rt.handle().clone();
+            std::thread::spawn(move || {
+                let worker = format!("w{k}");
+                let mut rng =
+                    0x9e37_79b9_7f4a_7c15u64 ^ (k + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                let now = |clock: &AtomicI64| {
+                    Some(Timestamp::from_millisecond(clock.load(Ordering::SeqCst)).unwrap())
+                };
+                for round in 0..ROUNDS {
+                    clock.fetch_add((xorshift(&mut rng) % 4) as i64, Ordering::SeqCst);
+                    if k == 0 && round % 5 == 0 {
+                        handle
+                            .block_on(store.lease_sweep(LeaseSweep {
+                                limit: 50,
+                                now: now(&clock),
+                            }))
+                            .unwrap();
+                    }
+                    let got = handle
+                        .block_on(store.occurrence_claim(OccurrenceClaim {
+                            tenant: f.tenant,
+                            queue: "hot".into(),
+                            worker_id: worker.clone(),
+                            max: 1 + (xorshift(&mut rng) % 4) as u32,
+                            lease: SignedDuration::from_millis(LEASE_MS),
+                            now: now(&clock),
+                        }))
+                        .unwrap();
+                    claims
+                        .lock()
+                        .unwrap()
+                        .extend(got.iter().map(|c| (c.id, c.epoch)));
+                    for c in got {
+                        let choice = xorshift(&mut rng) % 10;
+                        if choice == 4 {
+                            continue; // abandoned: a crashed worker
+                        }
+                        if choice <= 1 {
+                            clock.fetch_add(LEASE_MS + 5, Ordering::SeqCst); // a stall past the lease
+                        }
+                        if choice == 2 {
+                            handle
+                                .block_on(store.lease_renew(LeaseRenew {
+                                    tenant: f.tenant,
+                                    worker_id: worker.clone(),
+                                    leases: vec![LeaseRef {
+                                        occurrence_id: c.id,
+                                        epoch: c.epoch,
+                                    }],
+                                    lease: SignedDuration::from_millis(LEASE_MS),
+                                    now: now(&clock),
+                                }))
+                                .unwrap();
+                        }
+                        let (finish, class) = if choice == 3 {
+                            (
+                                Finish::Failed {
+                                    class: ErrorClass::Transient,
+                                    message: "flaky".into(),
+                                },
+                                Some(ErrorClass::Transient),
+                            )
+                        } else {
+                            (
+                                Finish::Succeeded {
+                                    result: Some(format!("\"{worker}@{}\"", c.epoch)),
+                                },
+                                None,
+                            )
+                        };
+                        let success = class.is_none();
+                        let acks = handle
+                            .block_on(store.occurrence_finish_many(OccurrenceFinishMany {
+                                tenant: f.tenant,
+                                worker_id: worker.clone(),
+                                items: vec![FinishItem {
+                                    lease: LeaseRef {
+                                        occurrence_id: c.id,
+                                        epoch: c.epoch,
+                                    },
+                                    finish,
+                                }],
+                                now: now(&clock),
+                            }))
+                            .unwrap();
+                        assert_eq!(
+                            acks[0].rows,
+                            u64::from(acks[0].accepted()),
+                            "rows is the acknowledgement"
+                        );
+                        sent.lock().unwrap().push(Sent {
+                            id: c.id,
+                            epoch: c.epoch,
+                            worker: worker.clone(),
+                            success,
+                            class,
+                            accepted: acks[0].accepted(),
+                        });
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("racing thread panicked");
+    }
+
+    rt.block_on(async {
+        let s = store.as_ref();
+        // Right after the race: nothing lost. Every occurrence exists and is succeeded, dead,
+        // or still on its way to a worker.
+        let now = Timestamp::from_millisecond(clock.load(Ordering::SeqCst)).unwrap();
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = s
+                .occurrence_list(OccurrenceList {
+                    tenant: f.tenant,
+                    after,
+                    limit: 1000,
+                    now: Some(now),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            after = page.last().map(|o| (o.scheduled_for, o.id));
+            all.extend(page);
+        }
+        assert_eq!(all.len() as i64, OCCURRENCES, "no occurrence may vanish");
+        for o in &all {
+            assert!(
+                matches!(
+                    o.state,
+                    OccurrenceState::Succeeded
+                        | OccurrenceState::Dead
+                        | OccurrenceState::Ready
+                        | OccurrenceState::RetryWait
+                        | OccurrenceState::Running
+                ),
+                "{:?} is {}",
+                o.id,
+                o.state
+            );
+        }
+
+        // Drain: sweep and finish everything left with a well-behaved worker.
+        let mut t = now;
+        for _ in 0..200 {
+            t = t.checked_add(SignedDuration::from_secs(120)).unwrap();
+            s.lease_sweep(LeaseSweep {
+                limit: 1000,
+                now: Some(t),
+            })
+            .await
+            .unwrap();
+            let left = claim(s, &f, "hot", "drainer", 1000, 60, t).await;
+            if left.is_empty() {
+                break;
+            }
+            claims
+                .lock()
+                .unwrap()
+                .extend(left.iter().map(|c| (c.id, c.epoch)));
+            for c in left {
+                let ack = finish(
+                    s,
+                    &f,
+                    "drainer",
+                    c.id,
+                    c.epoch,
+                    Finish::Succeeded {
+                        result: Some(format!("\"drainer@{}\"", c.epoch)),
+                    },
+                    t,
+                )
+                .await;
+                assert!(ack.accepted(), "{ack:?}");
+                sent.lock().unwrap().push(Sent {
+                    id: c.id,
+                    epoch: c.epoch,
+                    worker: "drainer".into(),
+                    success: true,
+                    class: None,
+                    accepted: true,
+                });
+            }
+        }
+
+        let sent = sent.lock().unwrap().clone();
+        let claims = claims.lock().unwrap().clone();
+        let mut max_epoch: HashMap<OccurrenceId, i64> = HashMap::new();
+        for (id, e) in &claims {
+            let m = max_epoch.entry(*id).or_default();
+            *m = (*m).max(*e);
+        }
+        let (mut refused, mut accepted_successes) = (0, 0);
+        for o in &all {
+            let d = get(s, &f, o.id, t).await;
+            let occ = &d.occurrence;
+            assert!(
+                matches!(
+                    occ.state,
+                    OccurrenceState::Succeeded | OccurrenceState::Dead
+                ),
+                "after the drain {:?} is {}",
+                occ.id,
+                occ.state
+            );
+            let mine: Vec<&Sent> = sent.iter().filter(|x| x.id == o.id).collect();
+            let successes: Vec<&&Sent> = mine.iter().filter(|x| x.success && x.accepted).collect();
+            assert!(
+                successes.len() <= 1,
+                "{:?} has {} accepted completions",
+                o.id,
+                successes.len()
+            );
+            // Every accepted completion carried the highest epoch the occurrence ever had,
+            // and its result is the one stored.
+            if let Some(win) = successes.first() {
+                accepted_successes += 1;
+                assert_eq!(occ.state, OccurrenceState::Succeeded);
+                assert_eq!(win.epoch, occ.epoch);
+                assert_eq!(Some(win.epoch), max_epoch.get(&o.id).copied());
+                assert_eq!(
+                    occ.result.as_deref(),
+                    Some(format!("\"{}@{}\"", win.worker, win.epoch).as_str())
+                );
+            } else {
+                assert_ne!(
+                    occ.state,
+                    OccurrenceState::Succeeded,
+                    "{:?} succeeded without an accepted completion",
+                    o.id
+                );
+            }
+            // Every completion with a superseded epoch was refused; accepted failures were
+            // transient ones, each at a distinct epoch.
+            for x in &mine {
+                if x.success && x.epoch < occ.epoch {
+                    assert!(!x.accepted, "stale completion {x:?} was accepted");
+                }
+                if !x.accepted {
+                    refused += 1;
+                }
+                if x.accepted && !x.success {
+                    assert_eq!(x.class, Some(ErrorClass::Transient));
+                }
+            }
+            // The attempt history has one row per claim, epochs 1..=epoch, at most one success.
+            let epochs: Vec<i64> = d.attempts.iter().map(|a| a.epoch).collect();
+            assert_eq!(epochs, (1..=occ.epoch).collect::<Vec<_>>(), "{:?}", occ.id);
+            let won: Vec<i64> = d
+                .attempts
+                .iter()
+                .filter(|a| a.outcome == AttemptOutcome::Succeeded)
+                .map(|a| a.epoch)
+                .collect();
+            assert!(won.len() <= 1 && won.iter().all(|e| *e == occ.epoch));
+        }
+        assert!(
+            refused > 0,
+            "the race must have produced stale completions to refuse"
+        );
+        assert!(accepted_successes > 0);
+        assert!(
+            claims.iter().any(|(_, e)| *e > 1),
+            "some leases must have been taken over"
+        );
+    });
+}

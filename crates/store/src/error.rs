@@ -1,0 +1,89 @@
+//! The store's error type, and the fencing conflicts.
+
+use campanile_core::OccurrenceState;
+use jiff::Timestamp;
+
+/// Why a fenced operation was refused. Nothing changed in the store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "check", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Conflict {
+    /// No such occurrence for this tenant.
+    NotFound,
+    /// The occurrence was re-claimed: the caller's epoch is not the current one.
+    StaleEpoch {
+        /// The epoch the caller sent.
+        sent: i64,
+        /// The occurrence's current epoch.
+        current: i64,
+    },
+    /// The caller is not the current owner.
+    NotOwner {
+        /// The current owner, if any.
+        owner: Option<String>,
+    },
+    /// The caller's lease has passed (`now >= lease_until`).
+    LeaseExpired {
+        /// When the lease ended.
+        lease_until: Timestamp,
+    },
+    /// The occurrence is not in a state the operation applies to (already finished, not
+    /// dead for a redrive, ...).
+    WrongState {
+        /// Its current state.
+        state: OccurrenceState,
+    },
+}
+
+impl Conflict {
+    /// A stable machine-readable name of the failed check.
+    pub fn check(&self) -> &'static str {
+        match self {
+            Conflict::NotFound => "not_found",
+            Conflict::StaleEpoch { .. } => "stale_epoch",
+            Conflict::NotOwner { .. } => "not_owner",
+            Conflict::LeaseExpired { .. } => "lease_expired",
+            Conflict::WrongState { .. } => "wrong_state",
+        }
+    }
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Conflict::NotFound => write!(f, "no such occurrence"),
+            Conflict::StaleEpoch { sent, current } => {
+                write!(
+                    f,
+                    "stale epoch {sent}: the occurrence was re-claimed (epoch {current})"
+                )
+            }
+            Conflict::NotOwner { owner: Some(o) } => write!(f, "lease is held by '{o}'"),
+            Conflict::NotOwner { owner: None } => write!(f, "occurrence has no owner"),
+            Conflict::LeaseExpired { lease_until } => write!(f, "lease expired at {lease_until}"),
+            Conflict::WrongState { state } => write!(f, "occurrence is {state}"),
+        }
+    }
+}
+
+/// A failure of the store itself (never a fencing refusal: those are [`Conflict`]s inside
+/// an [`crate::Ack`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database cannot be reached or answered with an I/O-level error. Retryable.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A uniqueness rule was violated (e.g. a tenant name that exists).
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The caller passed something the store cannot hold (e.g. a negative lease).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The schema is newer than this binary, or a migration failed.
+    #[error("migration: {0}")]
+    Migration(String),
+    /// Any other database error, with context.
+    #[error("database error: {0}")]
+    Database(String),
+}

@@ -1,0 +1,77 @@
+//! Campanile's store seam.
+//!
+//! One trait, [`Store`], whose methods are noun-then-verb (`occurrence_claim`, `lease_renew`)
+//! and take one params struct each. Every method that decides something by time takes
+//! `now: Option<Timestamp>`: `Some` in tests, which step time exactly; `None` in production,
+//! where the backend uses its one clock for all nodes — the database's clock on PostgreSQL,
+//! the process clock on embedded SQLite. Workers never send timestamps.
+//!
+//! Each backend (`campanile-store-sqlite`, `campanile-store-postgres`) owns its SQL and
+//! migrations; the `conformance` feature holds the suite every backend must pass.
+
+mod error;
+mod params;
+mod records;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{Conflict, StoreError};
+pub use params::*;
+pub use records::*;
+
+use async_trait::async_trait;
+
+/// The durable store of tenants, schedules, occurrences and attempts.
+///
+/// The fencing contract: a completion or failure is accepted only when the occurrence is
+/// `RUNNING`, its `owner` is the caller, its `epoch` is the caller's, and its lease is still
+/// valid (`now < lease_until`). The affected-row count is the acknowledgement ([`Ack::rows`]).
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Creates a tenant. Names are unique.
+    async fn tenant_create(&self, p: TenantCreate) -> Result<Tenant, StoreError>;
+
+    /// Creates a schedule at version 1 with its first version's definition.
+    async fn schedule_create(&self, p: ScheduleCreate) -> Result<(), StoreError>;
+
+    /// Inserts planned occurrences. Duplicates of `(schedule_id, version, scheduled_for)`
+    /// are ignored (the unique key decides); returns how many rows were new.
+    async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError>;
+
+    /// Claims up to `max` due occurrences of one tenant's queue — `READY` (or `RETRY_WAIT`)
+    /// with `available_at <= now`, or `RUNNING` with an expired lease and attempts left —
+    /// highest priority first, then earliest `available_at`. Each claimed occurrence gets
+    /// `epoch + 1`, the caller as owner, `lease_until = now + lease`, and a new attempt row,
+    /// all in one transaction.
+    async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError>;
+
+    /// Extends the leases the worker still holds, in one statement; says for each whether
+    /// it was renewed and whether a cancel was requested.
+    async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError>;
+
+    /// Completes or fails occurrences, each fenced on its own, in one transaction.
+    async fn occurrence_finish_many(&self, p: OccurrenceFinishMany)
+    -> Result<Vec<Ack>, StoreError>;
+
+    /// Requests cancellation: a pending occurrence becomes `CANCELED`; a running one gets the
+    /// cancel flag, which its worker sees on renew.
+    async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError>;
+
+    /// Re-readies a `DEAD` occurrence under the same id, with a fresh attempt budget; its
+    /// attempt history is kept.
+    async fn occurrence_redrive(&self, p: OccurrenceRedrive) -> Result<Ack, StoreError>;
+
+    /// The recovery sweep: occurrences whose lease expired go back to `READY`, or to `DEAD`
+    /// when their attempts are used up; at most `limit` per call.
+    async fn lease_sweep(&self, p: LeaseSweep) -> Result<SweepReport, StoreError>;
+
+    /// One occurrence with its attempts, if it belongs to the tenant.
+    async fn occurrence_get(
+        &self,
+        p: OccurrenceGet,
+    ) -> Result<Option<OccurrenceDetail>, StoreError>;
+
+    /// Occurrences by schedule, state and planned-time range, in `(scheduled_for, id)` order.
+    async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError>;
+}

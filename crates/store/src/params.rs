@@ -1,0 +1,226 @@
+//! One params struct per store method.
+
+use campanile_core::{ErrorClass, OccurrenceId, OccurrenceState, ScheduleId};
+use jiff::{SignedDuration, Timestamp};
+
+use crate::{ScheduleSpec, TenantId};
+
+/// Params of [`crate::Store::tenant_create`].
+#[derive(Debug, Clone)]
+pub struct TenantCreate {
+    /// Unique name.
+    pub name: String,
+    /// Creation instant (`None`: the store's clock).
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_create`].
+#[derive(Debug, Clone)]
+pub struct ScheduleCreate {
+    /// Owner.
+    pub tenant: TenantId,
+    /// New schedule's id.
+    pub id: ScheduleId,
+    /// Version 1's definition.
+    pub spec: ScheduleSpec,
+    /// The planning shard, `hash(schedule_id) mod N`.
+    pub shard: i32,
+    /// First instant to plan, if any.
+    pub next_run_at: Option<Timestamp>,
+    /// Creation instant (`None`: the store's clock).
+    pub now: Option<Timestamp>,
+}
+
+/// One occurrence to insert.
+#[derive(Debug, Clone)]
+pub struct NewOccurrence {
+    /// Its schedule.
+    pub schedule_id: ScheduleId,
+    /// The schedule version that planned it.
+    pub version: u32,
+    /// The planned instant.
+    pub scheduled_for: Timestamp,
+    /// When it becomes claimable (`scheduled_for` plus any flexible-window offset).
+    pub available_at: Timestamp,
+    /// The tenant's queue it is claimed from.
+    pub queue: String,
+    /// Higher is claimed first.
+    pub priority: i32,
+    /// Claims allowed before it goes `DEAD`.
+    pub max_attempts: u32,
+    /// First retry delay ceiling.
+    pub backoff_initial: SignedDuration,
+    /// Largest retry delay ceiling.
+    pub backoff_max: SignedDuration,
+    /// `Ready` for a run; `Missed`, `SkippedOverlap` or `Canceled` to record one that will
+    /// not run.
+    pub state: OccurrenceState,
+}
+
+/// Params of [`crate::Store::occurrence_insert_many`].
+#[derive(Debug, Clone)]
+pub struct OccurrenceInsertMany {
+    /// Owner of every item.
+    pub tenant: TenantId,
+    /// The occurrences.
+    pub items: Vec<NewOccurrence>,
+    /// Insertion instant (`None`: the store's clock).
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::occurrence_claim`].
+#[derive(Debug, Clone)]
+pub struct OccurrenceClaim {
+    /// Whose queue.
+    pub tenant: TenantId,
+    /// Queue name (per tenant).
+    pub queue: String,
+    /// Who claims: becomes the owner.
+    pub worker_id: String,
+    /// At most this many.
+    pub max: u32,
+    /// Lease length, judged by the store's clock.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// A lease held by a worker: an occurrence at an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// The occurrence.
+    pub occurrence_id: OccurrenceId,
+    /// The epoch of the worker's claim.
+    pub epoch: i64,
+}
+
+/// Params of [`crate::Store::lease_renew`].
+#[derive(Debug, Clone)]
+pub struct LeaseRenew {
+    /// Whose leases.
+    pub tenant: TenantId,
+    /// The owner.
+    pub worker_id: String,
+    /// The leases to extend.
+    pub leases: Vec<LeaseRef>,
+    /// New lease length from now.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// What a worker reports for one occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// Success, with the handler's result (JSON text).
+    Succeeded {
+        /// JSON text, stored as given.
+        result: Option<String>,
+    },
+    /// Failure.
+    Failed {
+        /// Transient (retry with backoff) or permanent (dead letter).
+        class: ErrorClass,
+        /// What went wrong, for people.
+        message: String,
+    },
+}
+
+/// One fenced outcome in a [`OccurrenceFinishMany`].
+#[derive(Debug, Clone)]
+pub struct FinishItem {
+    /// The lease the worker held.
+    pub lease: LeaseRef,
+    /// What happened.
+    pub finish: Finish,
+}
+
+/// Params of [`crate::Store::occurrence_finish_many`].
+#[derive(Debug, Clone)]
+pub struct OccurrenceFinishMany {
+    /// Whose occurrences.
+    pub tenant: TenantId,
+    /// The reporting worker (must be the owner).
+    pub worker_id: String,
+    /// Outcomes, each fenced on its own.
+    pub items: Vec<FinishItem>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::occurrence_cancel`].
+#[derive(Debug, Clone)]
+pub struct OccurrenceCancel {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Which occurrence.
+    pub occurrence_id: OccurrenceId,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::occurrence_redrive`].
+#[derive(Debug, Clone)]
+pub struct OccurrenceRedrive {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Which occurrence.
+    pub occurrence_id: OccurrenceId,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::lease_sweep`].
+#[derive(Debug, Clone)]
+pub struct LeaseSweep {
+    /// At most this many occurrences per call.
+    pub limit: u32,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// How to address one occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OccurrenceKey {
+    /// By id.
+    Id(OccurrenceId),
+    /// By schedule and planned instant (the highest version that planned it).
+    Planned {
+        /// The schedule.
+        schedule_id: ScheduleId,
+        /// The planned instant.
+        scheduled_for: Timestamp,
+    },
+}
+
+/// Params of [`crate::Store::occurrence_get`].
+#[derive(Debug, Clone)]
+pub struct OccurrenceGet {
+    /// Owner: other tenants' occurrences are not found.
+    pub tenant: TenantId,
+    /// Which occurrence.
+    pub key: OccurrenceKey,
+    /// For the reported state (`SCHEDULED` vs `READY`); `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::occurrence_list`].
+#[derive(Debug, Clone, Default)]
+pub struct OccurrenceList {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Only this schedule.
+    pub schedule_id: Option<ScheduleId>,
+    /// Only this (reported) state.
+    pub state: Option<OccurrenceState>,
+    /// `scheduled_for >= from`.
+    pub from: Option<Timestamp>,
+    /// `scheduled_for < to`.
+    pub to: Option<Timestamp>,
+    /// Resume after this `(scheduled_for, id)` (cursor pagination).
+    pub after: Option<(Timestamp, OccurrenceId)>,
+    /// Page size.
+    pub limit: u32,
+    /// For reported states; `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}

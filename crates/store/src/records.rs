@@ -1,0 +1,254 @@
+//! What the store returns.
+
+use campanile_calendar::{DstFold, DstGap};
+use campanile_core::{ErrorClass, OccurrenceId, OccurrenceState, ScheduleId};
+use jiff::{SignedDuration, Timestamp};
+
+use crate::Conflict;
+
+/// A tenant's internal id. Never shown to other tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct TenantId(pub i64);
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    /// Internal id.
+    pub id: TenantId,
+    /// Unique name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// When a schedule version fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Timing {
+    /// A cron expression in an IANA zone.
+    Cron {
+        /// The expression as written.
+        expr: String,
+        /// IANA zone name.
+        timezone: String,
+        /// Gap policy.
+        dst_gap: DstGap,
+        /// Fold policy.
+        dst_fold: DstFold,
+    },
+    /// A one-off instant.
+    At(Timestamp),
+    /// A fixed interval from an anchor.
+    Every {
+        /// The interval.
+        period: SignedDuration,
+        /// The first instant.
+        anchor: Timestamp,
+    },
+}
+
+/// Everything one schedule version keeps: timing, target, payload and policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleSpec {
+    /// When it fires.
+    pub timing: Timing,
+    /// Target queue (per tenant).
+    pub queue: String,
+    /// Payload (JSON text), handed to workers on claim.
+    pub payload: Option<String>,
+    /// Higher is claimed first.
+    pub priority: i32,
+    /// Default lease length for its occurrences.
+    pub lease: SignedDuration,
+    /// Claims allowed per occurrence.
+    pub max_attempts: u32,
+    /// First retry delay ceiling.
+    pub backoff_initial: SignedDuration,
+    /// Largest retry delay ceiling.
+    pub backoff_max: SignedDuration,
+    /// Misfire policy name and parameters, as JSON text (interpreted by the planner).
+    pub misfire: String,
+    /// Overlap policy name (interpreted by the planner).
+    pub overlap: String,
+    /// Flexible window; zero for strict schedules.
+    pub flex_window: SignedDuration,
+}
+
+/// A claimed occurrence, as handed to a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The occurrence id: the handler's idempotency key.
+    pub id: OccurrenceId,
+    /// Its schedule.
+    pub schedule_id: ScheduleId,
+    /// The version that planned it.
+    pub version: u32,
+    /// The planned instant.
+    pub scheduled_for: Timestamp,
+    /// When it became claimable.
+    pub available_at: Timestamp,
+    /// The fencing token for this claim.
+    pub epoch: i64,
+    /// The lease ends here, by the store's clock.
+    pub lease_until: Timestamp,
+    /// Which attempt this is (1-based; reset by redrive).
+    pub attempt: u32,
+    /// When it was claimed, by the store's clock.
+    pub claimed_at: Timestamp,
+    /// The schedule version's payload.
+    pub payload: Option<String>,
+}
+
+/// The result of renewing one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// Which lease.
+    pub lease: crate::LeaseRef,
+    /// Whether it was extended. If not, the worker has lost it and should stop.
+    pub renewed: bool,
+    /// The new end of the lease, when renewed.
+    pub lease_until: Option<Timestamp>,
+    /// Whether someone asked to cancel this occurrence.
+    pub cancel_requested: bool,
+}
+
+/// The acknowledgement of a fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// Which occurrence.
+    pub occurrence_id: OccurrenceId,
+    /// Rows the conditional write changed: 1 when accepted, 0 when refused.
+    pub rows: u64,
+    /// Why it was refused, when `rows == 0`.
+    pub conflict: Option<Conflict>,
+    /// The occurrence's state after an accepted write.
+    pub state: Option<OccurrenceState>,
+    /// For a transient failure: when it becomes claimable again.
+    pub retry_at: Option<Timestamp>,
+}
+
+impl Ack {
+    /// Whether the write was accepted.
+    pub fn accepted(&self) -> bool {
+        self.rows == 1 && self.conflict.is_none()
+    }
+}
+
+/// What the recovery sweep did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepReport {
+    /// Expired leases returned to `READY`.
+    pub requeued: u64,
+    /// Expired leases that used the last attempt: now `DEAD`.
+    pub dead: u64,
+}
+
+/// One occurrence as stored, with its reported state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occurrence {
+    /// Id (deterministic from the key).
+    pub id: OccurrenceId,
+    /// Schedule.
+    pub schedule_id: ScheduleId,
+    /// Version that planned it.
+    pub version: u32,
+    /// Planned instant.
+    pub scheduled_for: Timestamp,
+    /// When it is (or was, or will again be) claimable.
+    pub available_at: Timestamp,
+    /// Queue.
+    pub queue: String,
+    /// Priority.
+    pub priority: i32,
+    /// Reported state: a pending occurrence not yet due is `SCHEDULED`; a retry whose backoff
+    /// has passed is `READY`.
+    pub state: OccurrenceState,
+    /// Fencing token of the latest claim (0: never claimed).
+    pub epoch: i64,
+    /// Current or last owner.
+    pub owner: Option<String>,
+    /// End of the current or last lease.
+    pub lease_until: Option<Timestamp>,
+    /// Claims so far (reset by redrive).
+    pub attempts: u32,
+    /// Claims allowed.
+    pub max_attempts: u32,
+    /// Whether a cancel was requested while it ran.
+    pub cancel_requested: bool,
+    /// The accepted result (JSON text).
+    pub result: Option<String>,
+    /// Last error class.
+    pub last_error_class: Option<ErrorClass>,
+    /// Last error message.
+    pub last_error: Option<String>,
+    /// When it reached a final state.
+    pub finished_at: Option<Timestamp>,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// Still holding (or silently lost) its lease.
+    Running,
+    /// Completed and accepted.
+    Succeeded,
+    /// Failed, reported by the worker.
+    Failed,
+    /// The lease ran out and the occurrence was re-claimed or swept.
+    LeaseExpired,
+}
+
+impl AttemptOutcome {
+    /// Stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Running => "running",
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::LeaseExpired => "lease_expired",
+        }
+    }
+
+    /// Parses a stable name.
+    pub fn parse(s: &str) -> Option<AttemptOutcome> {
+        Some(match s {
+            "running" => AttemptOutcome::Running,
+            "succeeded" => AttemptOutcome::Succeeded,
+            "failed" => AttemptOutcome::Failed,
+            "lease_expired" => AttemptOutcome::LeaseExpired,
+            _ => return None,
+        })
+    }
+}
+
+/// One claim of an occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The claim's epoch.
+    pub epoch: i64,
+    /// Who claimed.
+    pub owner: String,
+    /// When.
+    pub started_at: Timestamp,
+    /// Lease end at claim time (renewals extend the occurrence's lease, not this record).
+    pub lease_until: Timestamp,
+    /// When it ended, if it did.
+    pub finished_at: Option<Timestamp>,
+    /// How.
+    pub outcome: AttemptOutcome,
+    /// Error class, for failures.
+    pub error_class: Option<ErrorClass>,
+    /// Error message, for failures.
+    pub error_message: Option<String>,
+}
+
+/// An occurrence with its attempt history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OccurrenceDetail {
+    /// The occurrence.
+    pub occurrence: Occurrence,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<Attempt>,
+}
