@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
 const BATCH: u32 = 500;
-const TOTAL: i64 = 40_000;
+const TOTAL: i64 = 100_000;
 
 fn t(ms: i64) -> Timestamp {
     Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
@@ -104,7 +104,7 @@ fn sigkill_mid_claim_leaves_whole_batches_or_none() {
     }
 
     let mut kills = 0;
-    for generation in 0..6 {
+    for generation in 0..8 {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -129,7 +129,7 @@ fn sigkill_mid_claim_leaves_whole_batches_or_none() {
             let _ = child.wait();
             break;
         }
-        std::thread::sleep(Duration::from_millis(20 + 37 * generation));
+        std::thread::sleep(Duration::from_millis(5 + 11 * generation));
         child.kill().unwrap(); // SIGKILL
         let status = child.wait().unwrap();
         if status.code().is_none() {
