@@ -3,9 +3,7 @@
 
 use std::collections::HashMap;
 
-use campanile_core::{
-    Backoff, ErrorClass, OccurrenceId, OccurrenceState, ScheduleId, occurrence_id,
-};
+use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -33,14 +31,7 @@ fn stored_state(s: &str) -> R<OccurrenceState> {
     s.parse().map_err(|e| StoreError::Database(format!("{e}")))
 }
 
-/// The state readers see: pending-but-not-due is SCHEDULED; a retry past its backoff is READY.
-fn reported(stored: OccurrenceState, available_at: i64, now: i64) -> OccurrenceState {
-    match stored {
-        OccurrenceState::Ready if available_at > now => OccurrenceState::Scheduled,
-        OccurrenceState::RetryWait if available_at <= now => OccurrenceState::Ready,
-        s => s,
-    }
-}
+use campanile_store::fence::{self, FenceView, reported};
 
 pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
     let id = c
@@ -348,20 +339,7 @@ pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Ren
         .collect())
 }
 
-struct Fence {
-    seq: i64,
-    state: OccurrenceState,
-    owner: Option<String>,
-    epoch: i64,
-    lease_until: Option<i64>,
-    available_at: i64,
-    attempts: u32,
-    max_attempts: u32,
-    backoff_initial_ms: i64,
-    backoff_max_ms: i64,
-}
-
-fn fence_row(c: &Connection, tenant: TenantId, id: OccurrenceId) -> R<Option<Fence>> {
+fn fence_row(c: &Connection, tenant: TenantId, id: OccurrenceId) -> R<Option<(i64, FenceView)>> {
     c.prepare_cached(
         "SELECT seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
                 backoff_initial_ms, backoff_max_ms
@@ -387,51 +365,23 @@ fn fence_row(c: &Connection, tenant: TenantId, id: OccurrenceId) -> R<Option<Fen
     .map_err(db_err)?
     .map(
         |(seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts, bi, bm)| {
-            Ok(Fence {
+            Ok((
                 seq,
-                state: stored_state(&state)?,
-                owner,
-                epoch,
-                lease_until,
-                available_at,
-                attempts,
-                max_attempts,
-                backoff_initial_ms: bi,
-                backoff_max_ms: bm,
-            })
+                FenceView {
+                    state: stored_state(&state)?,
+                    owner,
+                    epoch,
+                    lease_until,
+                    available_at,
+                    attempts,
+                    max_attempts,
+                    backoff_initial_ms: bi,
+                    backoff_max_ms: bm,
+                },
+            ))
         },
     )
     .transpose()
-}
-
-/// Which of the three checks (epoch, owner, lease) fails, if any.
-fn fence_check(f: &Fence, worker: &str, epoch: i64, now: i64) -> R<Option<Conflict>> {
-    if f.epoch != epoch {
-        return Ok(Some(Conflict::StaleEpoch {
-            sent: epoch,
-            current: f.epoch,
-        }));
-    }
-    if f.owner.as_deref() != Some(worker) {
-        return Ok(Some(Conflict::NotOwner {
-            owner: f.owner.clone(),
-        }));
-    }
-    let expired = f.lease_until.is_none_or(|l| l <= now);
-    match f.state {
-        OccurrenceState::Running if expired => Ok(Some(Conflict::LeaseExpired {
-            lease_until: ts(f.lease_until.unwrap_or(0))?,
-        })),
-        OccurrenceState::Running => Ok(None),
-        OccurrenceState::Ready | OccurrenceState::Dead if expired => {
-            Ok(Some(Conflict::LeaseExpired {
-                lease_until: ts(f.lease_until.unwrap_or(0))?,
-            }))
-        }
-        s => Ok(Some(Conflict::WrongState {
-            state: reported(s, f.available_at, now),
-        })),
-    }
 }
 
 fn refused(id: OccurrenceId, conflict: Conflict) -> Ack {
@@ -464,53 +414,14 @@ fn finish_one(
     now: i64,
 ) -> R<Ack> {
     let id = item.lease.occurrence_id;
-    let Some(f) = fence_row(c, tenant, id)? else {
+    let Some((seq, view)) = fence_row(c, tenant, id)? else {
         return Ok(refused(id, Conflict::NotFound));
     };
-    if let Some(conflict) = fence_check(&f, worker, item.lease.epoch, now)? {
+    if let Some(conflict) = fence::check(&view, worker, item.lease.epoch, now)? {
         return Ok(refused(id, conflict));
     }
-    let (state, result, available_at, finished, class, message, outcome) = match &item.finish {
-        Finish::Succeeded { result } => (
-            OccurrenceState::Succeeded,
-            result.clone(),
-            f.available_at,
-            Some(now),
-            None,
-            None,
-            "succeeded",
-        ),
-        Finish::Failed { class, message } => {
-            let retry = *class == ErrorClass::Transient && f.attempts < f.max_attempts;
-            if retry {
-                let backoff = Backoff::new(
-                    SignedDuration::from_millis(f.backoff_initial_ms.max(1)),
-                    SignedDuration::from_millis(f.backoff_max_ms.max(f.backoff_initial_ms.max(1))),
-                )
-                .map_err(|e| StoreError::Database(e.to_string()))?;
-                let at = now.saturating_add(dur_ms(backoff.delay(id, f.attempts)));
-                (
-                    OccurrenceState::RetryWait,
-                    None,
-                    at,
-                    None,
-                    Some(class.as_str()),
-                    Some(message.clone()),
-                    "failed",
-                )
-            } else {
-                (
-                    OccurrenceState::Dead,
-                    None,
-                    f.available_at,
-                    Some(now),
-                    Some(class.as_str()),
-                    Some(message.clone()),
-                    "failed",
-                )
-            }
-        }
-    };
+    let plan = fence::plan(&view, id, &item.finish, now)?;
+    // The fenced write: its affected-row count is the acknowledgement.
     let rows = c
         .prepare_cached(
             "UPDATE occurrences
@@ -520,13 +431,13 @@ fn finish_one(
         )
         .and_then(|mut s| {
             s.execute(params![
-                state.as_str(),
-                result,
-                available_at,
-                finished,
-                class,
-                message,
-                f.seq,
+                plan.state.as_str(),
+                plan.result,
+                plan.available_at,
+                plan.finished_at,
+                plan.error_class,
+                plan.error_message,
+                seq,
                 worker,
                 item.lease.epoch,
                 now
@@ -535,7 +446,7 @@ fn finish_one(
         .map_err(db_err)? as u64;
     if rows == 0 {
         // Cannot happen under the single writer; answer honestly if it ever does.
-        return Ok(refused(id, Conflict::WrongState { state: f.state }));
+        return Ok(refused(id, Conflict::WrongState { state: view.state }));
     }
     c.prepare_cached(
         "UPDATE attempts SET outcome = ?1, finished_at = ?2, error_class = ?3, error_message = ?4
@@ -543,11 +454,11 @@ fn finish_one(
     )
     .and_then(|mut s| {
         s.execute(params![
-            outcome,
+            plan.outcome.as_str(),
             now,
-            class,
-            message,
-            f.seq,
+            plan.error_class,
+            plan.error_message,
+            seq,
             item.lease.epoch
         ])
     })
@@ -556,16 +467,16 @@ fn finish_one(
         occurrence_id: id,
         rows,
         conflict: None,
-        state: Some(state),
-        retry_at: (state == OccurrenceState::RetryWait)
-            .then(|| ts(available_at))
+        state: Some(plan.state),
+        retry_at: (plan.state == OccurrenceState::RetryWait)
+            .then(|| ts(plan.available_at))
             .transpose()?,
     })
 }
 
 pub(crate) fn occurrence_cancel(c: &Connection, p: &OccurrenceCancel, now: i64) -> R<Ack> {
     let id = p.occurrence_id;
-    let Some(f) = fence_row(c, p.tenant, id)? else {
+    let Some((seq, f)) = fence_row(c, p.tenant, id)? else {
         return Ok(refused(id, Conflict::NotFound));
     };
     let (sql, state) = match f.state {
@@ -589,7 +500,7 @@ pub(crate) fn occurrence_cancel(c: &Connection, p: &OccurrenceCancel, now: i64) 
     };
     let rows = c
         .prepare_cached(sql)
-        .and_then(|mut s| s.execute(params![f.seq, now]))
+        .and_then(|mut s| s.execute(params![seq, now]))
         .map_err(db_err)? as u64;
     Ok(Ack {
         occurrence_id: id,
@@ -622,7 +533,7 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
     }
     Ok(match fence_row(c, p.tenant, id)? {
         None => refused(id, Conflict::NotFound),
-        Some(f) => refused(
+        Some((_, f)) => refused(
             id,
             Conflict::WrongState {
                 state: reported(f.state, f.available_at, now),

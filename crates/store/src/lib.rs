@@ -10,6 +10,7 @@
 //! migrations; the `conformance` feature holds the suite every backend must pass.
 
 mod error;
+pub mod fence;
 mod params;
 mod records;
 

@@ -1,0 +1,166 @@
+//! The fencing decision, shared by every backend so that they cannot drift apart.
+//!
+//! A backend reads the occurrence's row ([`FenceView`]), asks [`check`] which of the three
+//! checks fails (epoch, owner, lease), and if none does, asks [`plan`] what to write. It then
+//! writes **conditionally** on the same three checks, and the affected-row count is the
+//! acknowledgement — the read is only for the explanation and the plan.
+
+use campanile_core::{Backoff, ErrorClass, OccurrenceId, OccurrenceState};
+use jiff::{SignedDuration, Timestamp};
+
+use crate::{AttemptOutcome, Conflict, Finish, StoreError};
+
+/// What the fence needs to know about an occurrence (instants in Unix milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceView {
+    /// The stored state (`READY` covers not-yet-due).
+    pub state: OccurrenceState,
+    /// Current or last owner.
+    pub owner: Option<String>,
+    /// Current epoch.
+    pub epoch: i64,
+    /// End of the current or last lease.
+    pub lease_until: Option<i64>,
+    /// When it is (or will again be) claimable.
+    pub available_at: i64,
+    /// Claims so far.
+    pub attempts: u32,
+    /// Claims allowed.
+    pub max_attempts: u32,
+    /// Backoff ceiling of the first retry.
+    pub backoff_initial_ms: i64,
+    /// Largest backoff ceiling.
+    pub backoff_max_ms: i64,
+}
+
+fn ts(ms: i64) -> Result<Timestamp, StoreError> {
+    Timestamp::from_millisecond(ms)
+        .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
+}
+
+/// The state readers see: pending-but-not-due is `SCHEDULED`; a retry past its backoff is
+/// `READY`.
+pub fn reported(stored: OccurrenceState, available_at: i64, now: i64) -> OccurrenceState {
+    match stored {
+        OccurrenceState::Ready if available_at > now => OccurrenceState::Scheduled,
+        OccurrenceState::RetryWait if available_at <= now => OccurrenceState::Ready,
+        s => s,
+    }
+}
+
+/// Which check fails for `worker` finishing at `epoch` at `now`, if any.
+///
+/// # Errors
+///
+/// [`StoreError::Database`] if a stored instant is out of range.
+pub fn check(
+    v: &FenceView,
+    worker: &str,
+    epoch: i64,
+    now: i64,
+) -> Result<Option<Conflict>, StoreError> {
+    if v.epoch != epoch {
+        return Ok(Some(Conflict::StaleEpoch {
+            sent: epoch,
+            current: v.epoch,
+        }));
+    }
+    if v.owner.as_deref() != Some(worker) {
+        return Ok(Some(Conflict::NotOwner {
+            owner: v.owner.clone(),
+        }));
+    }
+    let lease_end = v.lease_until.unwrap_or(i64::MIN);
+    let expired = lease_end <= now;
+    Ok(match v.state {
+        OccurrenceState::Running if !expired => None,
+        // Still RUNNING past its lease, or already swept back to READY / DEAD.
+        OccurrenceState::Running | OccurrenceState::Ready | OccurrenceState::Dead if expired => {
+            Some(Conflict::LeaseExpired {
+                lease_until: ts(lease_end)?,
+            })
+        }
+        s => Some(Conflict::WrongState {
+            state: reported(s, v.available_at, now),
+        }),
+    })
+}
+
+/// What an accepted finish writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishPlan {
+    /// New state.
+    pub state: OccurrenceState,
+    /// Result to store (success only).
+    pub result: Option<String>,
+    /// New `available_at` (the retry instant for `RETRY_WAIT`).
+    pub available_at: i64,
+    /// Set for final states.
+    pub finished_at: Option<i64>,
+    /// Error class name, for failures.
+    pub error_class: Option<&'static str>,
+    /// Error message, for failures.
+    pub error_message: Option<String>,
+    /// How the attempt ended.
+    pub outcome: AttemptOutcome,
+}
+
+/// The write for an accepted finish: success; transient failure with attempts left →
+/// `RETRY_WAIT` after full-jitter backoff; otherwise `DEAD`.
+///
+/// # Errors
+///
+/// [`StoreError::Database`] if the stored backoff is inconsistent.
+pub fn plan(
+    v: &FenceView,
+    id: OccurrenceId,
+    finish: &Finish,
+    now: i64,
+) -> Result<FinishPlan, StoreError> {
+    Ok(match finish {
+        Finish::Succeeded { result } => FinishPlan {
+            state: OccurrenceState::Succeeded,
+            result: result.clone(),
+            available_at: v.available_at,
+            finished_at: Some(now),
+            error_class: None,
+            error_message: None,
+            outcome: AttemptOutcome::Succeeded,
+        },
+        Finish::Failed { class, message } => {
+            let retry = *class == ErrorClass::Transient && v.attempts < v.max_attempts;
+            let available_at = if retry {
+                let initial = v.backoff_initial_ms.max(1);
+                let backoff = Backoff::new(
+                    SignedDuration::from_millis(initial),
+                    SignedDuration::from_millis(v.backoff_max_ms.max(initial)),
+                )
+                .map_err(|e| StoreError::Database(e.to_string()))?;
+                now.saturating_add(backoff.delay(id, v.attempts).as_millis() as i64)
+            } else {
+                v.available_at
+            };
+            FinishPlan {
+                state: if retry {
+                    OccurrenceState::RetryWait
+                } else {
+                    OccurrenceState::Dead
+                },
+                result: None,
+                available_at,
+                finished_at: (!retry).then_some(now),
+                error_class: Some(class.as_str()),
+                error_message: Some(message.clone()),
+                outcome: AttemptOutcome::Failed,
+            }
+        }
+    })
+}
+
+impl FenceView {
+    /// The view after `plan` was written (for a later item of the same batch).
+    pub fn apply(&mut self, plan: &FinishPlan) {
+        self.state = plan.state;
+        self.available_at = plan.available_at;
+    }
+}
