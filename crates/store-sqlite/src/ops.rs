@@ -73,44 +73,7 @@ fn version_insert(
     spec: &ScheduleSpec,
     now: i64,
 ) -> R<()> {
-    let (kind, cron, tz, gap, fold, at, every, anchor) = match &spec.timing {
-        Timing::Cron {
-            expr,
-            timezone,
-            dst_gap,
-            dst_fold,
-        } => (
-            "cron",
-            Some(expr.as_str()),
-            Some(timezone.as_str()),
-            Some(dst_gap.to_string()),
-            Some(dst_fold.to_string()),
-            None,
-            None,
-            None,
-        ),
-        Timing::At(t) => (
-            "at",
-            None,
-            None,
-            None,
-            None,
-            Some(t.as_millisecond()),
-            None,
-            None,
-        ),
-        Timing::Every { period, anchor } => (
-            "every",
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(dur_ms(*period)),
-            Some(anchor.as_millisecond()),
-        ),
-        _ => return Err(StoreError::Invalid("unsupported timing".into())),
-    };
+    let t = spec.timing.columns();
     c.prepare_cached(
         "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
              at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
@@ -121,14 +84,14 @@ fn version_insert(
         s.execute(params![
             id.0,
             version,
-            kind,
-            cron,
-            tz,
-            gap,
-            fold,
-            at,
-            every,
-            anchor,
+            t.kind,
+            t.cron,
+            t.timezone,
+            t.dst_gap,
+            t.dst_fold,
+            t.at,
+            t.every_ms,
+            t.anchor,
             spec.queue,
             spec.payload,
             spec.priority,
@@ -193,6 +156,9 @@ pub(crate) fn occurrence_insert_many(c: &Connection, p: &OccurrenceInsertMany, n
     Ok(inserted)
 }
 
+/// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts)`.
+type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32);
+
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
     let lease_until = now.saturating_add(dur_ms(p.lease));
     // Two index scans — due pending work, expired leases with attempts left — merged by
@@ -219,7 +185,7 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
              RETURNING seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts",
         )
         .map_err(db_err)?;
-    let rows: Vec<(i64, Uuid, Uuid, u32, i64, i64, i64, u32)> = stmt
+    let rows: Vec<ClaimRow> = stmt
         .query_map(
             params![p.tenant.0, p.queue, p.worker_id, now, lease_until, p.max],
             |r| {

@@ -1,5 +1,7 @@
 //! SIGKILL in the middle of claim batches: each batch is all there or not there at all.
 
+#![allow(clippy::unwrap_used)]
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -252,3 +252,66 @@ pub struct OccurrenceDetail {
     /// Its attempts, oldest first.
     pub attempts: Vec<Attempt>,
 }
+
+/// A [`Timing`] flattened into the columns both backends store it in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimingColumns<'a> {
+    /// `cron`, `at` or `every`.
+    pub kind: &'static str,
+    /// The cron expression.
+    pub cron: Option<&'a str>,
+    /// The cron zone.
+    pub timezone: Option<&'a str>,
+    /// The cron gap policy.
+    pub dst_gap: Option<String>,
+    /// The cron fold policy.
+    pub dst_fold: Option<String>,
+    /// The one-off instant, Unix ms.
+    pub at: Option<i64>,
+    /// The interval, ms.
+    pub every_ms: Option<i64>,
+    /// The interval's anchor, Unix ms.
+    pub anchor: Option<i64>,
+}
+
+impl Timing {
+    /// The columns this timing is stored in.
+    pub fn columns(&self) -> TimingColumns<'_> {
+        let none = TimingColumns {
+            kind: "",
+            cron: None,
+            timezone: None,
+            dst_gap: None,
+            dst_fold: None,
+            at: None,
+            every_ms: None,
+            anchor: None,
+        };
+        match self {
+            Timing::Cron {
+                expr,
+                timezone,
+                dst_gap,
+                dst_fold,
+            } => TimingColumns {
+                kind: "cron",
+                cron: Some(expr),
+                timezone: Some(timezone),
+                dst_gap: Some(dst_gap.to_string()),
+                dst_fold: Some(dst_fold.to_string()),
+                ..none
+            },
+            Timing::At(t) => TimingColumns {
+                kind: "at",
+                at: Some(t.as_millisecond()),
+                ..none
+            },
+            Timing::Every { period, anchor } => TimingColumns {
+                kind: "every",
+                every_ms: Some(period.as_millis().clamp(0, i128::from(i64::MAX)) as i64),
+                anchor: Some(anchor.as_millisecond()),
+                ..none
+            },
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Campanile's PostgreSQL store.
+//!
+//! - tokio-postgres over a deadpool pool; every statement is prepared once per connection.
+//! - Claims are one statement: two `FOR UPDATE SKIP LOCKED` index scans (due pending work,
+//!   expired leases with attempts left), merged by priority, updated, their attempt rows
+//!   inserted and the previous attempt closed, all in one round trip.
+//! - Time: when an operation's `now` is `None`, the database's own `clock_timestamp()` decides,
+//!   so every node judges leases by one clock. Tests pass `now` and step it exactly.
+//! - Batch operations ship their rows as arrays (`unnest`), one statement per batch.
+
+mod migrate;
+mod ops;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use campanile_store::*;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use jiff::Timestamp;
+
+pub use migrate::MIGRATIONS;
+
+/// The PostgreSQL store.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    schema: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.schema)
+            .field("pool", &self.pool.status())
+            .finish()
+    }
+}
+
+/// Options for [`PgStore::connect_with`].
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Use this schema (created if missing) instead of the connection's default.
+    pub schema: Option<String>,
+    /// Most connections held.
+    pub pool_size: usize,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: None,
+            pool_size: 16,
+        }
+    }
+}
+
+pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
+    match e.code() {
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::AlreadyExists(e.to_string()),
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::CONNECTION_FAILURE
+                || *c == SqlState::TOO_MANY_CONNECTIONS =>
+        {
+            StoreError::Unavailable(e.to_string())
+        }
+        Some(_) => StoreError::Database(
+            e.as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.to_string()),
+        ),
+        None => StoreError::Unavailable(e.to_string()),
+    }
+}
+
+pub(crate) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn valid_schema(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user@host:port/db`) and applies pending migrations.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed URL, [`StoreError::Unavailable`] if the
+    /// database cannot be reached, [`StoreError::Migration`] if migrations fail.
+    pub async fn connect(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::connect_with(url, PgOptions::default()).await
+    }
+
+    /// [`PgStore::connect`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::connect`]; [`StoreError::Invalid`] for a schema name that is not
+    /// lower-case letters, digits and underscores.
+    pub async fn connect_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
+        let mut cfg = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL: {e}")))?;
+        if let Some(schema) = &opts.schema {
+            if !valid_schema(schema) {
+                return Err(StoreError::Invalid(format!("bad schema name '{schema}'")));
+            }
+            cfg.options(format!("-c search_path={schema}"));
+        }
+        cfg.application_name("campanile");
+        let mgr = Manager::from_config(
+            cfg,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(opts.pool_size.max(1))
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("cannot build the connection pool: {e}")))?;
+        let store = PgStore {
+            pool,
+            schema: opts.schema.map(Arc::from),
+        };
+        let mut client = store.pool.get().await.map_err(pool_err)?;
+        if let Some(schema) = &store.schema {
+            client
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .await
+                .map_err(pg_err)?;
+        }
+        migrate::apply(&mut client).await?;
+        Ok(store)
+    }
+
+    /// Drops this store's schema and everything in it (tests use one schema each).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] when the store has no schema of its own.
+    pub async fn drop_schema(&self) -> Result<(), StoreError> {
+        let Some(schema) = &self.schema else {
+            return Err(StoreError::Invalid(
+                "this store uses the default schema; refusing to drop it".into(),
+            ));
+        };
+        let client = self.pool.get().await.map_err(pool_err)?;
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await
+            .map_err(pg_err)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+}
+
+/// `now` in Unix milliseconds: the caller's, or the database's clock.
+pub(crate) async fn resolve_now<C: deadpool_postgres::GenericClient>(
+    c: &C,
+    now: Option<Timestamp>,
+) -> Result<i64, StoreError> {
+    match now {
+        Some(t) => Ok(t.as_millisecond()),
+        None => {
+            let stmt = c
+                .prepare_cached("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+                .await
+                .map_err(pg_err)?;
+            c.query_one(&stmt, &[])
+                .await
+                .map_err(pg_err)?
+                .try_get(0)
+                .map_err(pg_err)
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn tenant_create(&self, p: TenantCreate) -> Result<Tenant, StoreError> {
+        ops::tenant_create(&self.client().await?, p).await
+    }
+
+    async fn schedule_create(&self, p: ScheduleCreate) -> Result<(), StoreError> {
+        ops::schedule_create(&mut self.client().await?, p).await
+    }
+
+    async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError> {
+        ops::occurrence_insert_many(&mut self.client().await?, p).await
+    }
+
+    async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
+        if p.lease <= jiff::SignedDuration::ZERO {
+            return Err(StoreError::Invalid("lease must be positive".into()));
+        }
+        if p.max == 0 {
+            return Ok(Vec::new());
+        }
+        ops::occurrence_claim(&self.client().await?, p).await
+    }
+
+    async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
+        if p.lease <= jiff::SignedDuration::ZERO {
+            return Err(StoreError::Invalid("lease must be positive".into()));
+        }
+        ops::lease_renew(&self.client().await?, p).await
+    }
+
+    async fn occurrence_finish_many(
+        &self,
+        p: OccurrenceFinishMany,
+    ) -> Result<Vec<Ack>, StoreError> {
+        ops::occurrence_finish_many(&mut self.client().await?, p).await
+    }
+
+    async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError> {
+        ops::occurrence_cancel(&mut self.client().await?, p).await
+    }
+
+    async fn occurrence_redrive(&self, p: OccurrenceRedrive) -> Result<Ack, StoreError> {
+        ops::occurrence_redrive(&self.client().await?, p).await
+    }
+
+    async fn lease_sweep(&self, p: LeaseSweep) -> Result<SweepReport, StoreError> {
+        ops::lease_sweep(&self.client().await?, p).await
+    }
+
+    async fn occurrence_get(
+        &self,
+        p: OccurrenceGet,
+    ) -> Result<Option<OccurrenceDetail>, StoreError> {
+        ops::occurrence_get(&self.client().await?, p).await
+    }
+
+    async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError> {
+        ops::occurrence_list(&self.client().await?, p).await
+    }
+}

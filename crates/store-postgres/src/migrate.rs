@@ -1,0 +1,55 @@
+//! Versioned migrations, embedded in the binary, applied under an advisory lock so that
+//! nodes starting together migrate once.
+
+use campanile_store::StoreError;
+
+use crate::pg_err;
+
+/// `(version, name, sql)` of every migration, in order.
+pub const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+const LOCK_KEY: i64 = 0x0063_616d_7061_6e69; // "campani"
+
+pub(crate) async fn apply(client: &mut deadpool_postgres::Client) -> Result<u32, StoreError> {
+    let mig = |e: tokio_postgres::Error| StoreError::Migration(pg_err(e).to_string());
+    let tx = client.transaction().await.map_err(mig)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
+        .await
+        .map_err(mig)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS campanile_migrations (
+             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )
+    .await
+    .map_err(mig)?;
+    let current: i64 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM campanile_migrations",
+            &[],
+        )
+        .await
+        .map_err(mig)?
+        .get(0);
+    let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > latest {
+        return Err(StoreError::Migration(format!(
+            "database schema version {current} is newer than this binary's ({latest}); upgrade campanile"
+        )));
+    }
+    let mut applied = 0;
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| StoreError::Migration(format!("migration {version} ({name}): {e}")))?;
+        tx.execute(
+            "INSERT INTO campanile_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await
+        .map_err(mig)?;
+        applied += 1;
+    }
+    tx.commit().await.map_err(mig)?;
+    Ok(applied)
+}

@@ -1,0 +1,661 @@
+//! The SQL of every store operation on PostgreSQL.
+
+use std::collections::HashMap;
+
+use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
+use campanile_store::fence::{self, FenceView, reported};
+use campanile_store::*;
+use deadpool_postgres::{Client, GenericClient};
+use jiff::{SignedDuration, Timestamp};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::{pg_err, resolve_now};
+
+type R<T> = Result<T, StoreError>;
+
+fn ts(ms: i64) -> R<Timestamp> {
+    Timestamp::from_millisecond(ms)
+        .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
+}
+
+fn opt_ts(ms: Option<i64>) -> R<Option<Timestamp>> {
+    ms.map(ts).transpose()
+}
+
+fn dur_ms(d: SignedDuration) -> i64 {
+    d.as_millis()
+        .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn i32_of(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+fn u32_of(v: i32) -> u32 {
+    u32::try_from(v).unwrap_or(0)
+}
+
+fn stored_state(s: &str) -> R<OccurrenceState> {
+    s.parse().map_err(|e| StoreError::Database(format!("{e}")))
+}
+
+fn refused(id: OccurrenceId, conflict: Conflict) -> Ack {
+    Ack {
+        occurrence_id: id,
+        rows: 0,
+        conflict: Some(conflict),
+        state: None,
+        retry_at: None,
+    }
+}
+
+async fn query<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> R<Vec<Row>> {
+    let stmt = c.prepare_cached(sql).await.map_err(pg_err)?;
+    c.query(&stmt, params).await.map_err(pg_err)
+}
+
+async fn execute<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> R<u64> {
+    let stmt = c.prepare_cached(sql).await.map_err(pg_err)?;
+    c.execute(&stmt, params).await.map_err(pg_err)
+}
+
+pub(crate) async fn tenant_create(c: &Client, p: TenantCreate) -> R<Tenant> {
+    let now = resolve_now(c, p.now).await?;
+    let rows = query(
+        c,
+        "INSERT INTO tenants (name, created_at) VALUES ($1, $2) RETURNING id",
+        &[&p.name, &now],
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::AlreadyExists(_) => StoreError::AlreadyExists(format!("tenant '{}'", p.name)),
+        other => other,
+    })?;
+    let id: i64 = rows
+        .first()
+        .ok_or_else(|| StoreError::Database("no id returned".into()))?
+        .get(0);
+    Ok(Tenant {
+        id: TenantId(id),
+        name: p.name,
+        created_at: ts(now)?,
+    })
+}
+
+pub(crate) async fn schedule_create(c: &mut Client, p: ScheduleCreate) -> R<()> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    execute(
+        &tx,
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+         VALUES ($1, $2, 1, 'ACTIVE', $3, $4, $5, $5)",
+        &[&p.id.0, &p.tenant.0, &p.shard, &p.next_run_at.map(|t| t.as_millisecond()), &now],
+    )
+    .await?;
+    let s = &p.spec;
+    let t = s.timing.columns();
+    execute(
+        &tx,
+        "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
+             at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
+             backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
+         VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+        &[
+            &p.id.0,
+            &t.kind,
+            &t.cron,
+            &t.timezone,
+            &t.dst_gap,
+            &t.dst_fold,
+            &t.at,
+            &t.every_ms,
+            &t.anchor,
+            &s.queue,
+            &s.payload,
+            &s.priority,
+            &dur_ms(s.lease),
+            &i32_of(s.max_attempts),
+            &dur_ms(s.backoff_initial),
+            &dur_ms(s.backoff_max),
+            &s.misfire,
+            &s.overlap,
+            &dur_ms(s.flex_window),
+            &now,
+        ],
+    )
+    .await?;
+    tx.commit().await.map_err(pg_err)
+}
+
+pub(crate) async fn occurrence_insert_many(c: &mut Client, p: OccurrenceInsertMany) -> R<u64> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    let mut inserted = 0;
+    for chunk in p.items.chunks(5_000) {
+        let mut ids = Vec::with_capacity(chunk.len());
+        let mut sids = Vec::with_capacity(chunk.len());
+        let mut vers = Vec::with_capacity(chunk.len());
+        let mut sfs = Vec::with_capacity(chunk.len());
+        let mut avs = Vec::with_capacity(chunk.len());
+        let mut queues = Vec::with_capacity(chunk.len());
+        let mut prios = Vec::with_capacity(chunk.len());
+        let mut states = Vec::with_capacity(chunk.len());
+        let mut maxes = Vec::with_capacity(chunk.len());
+        let mut bis = Vec::with_capacity(chunk.len());
+        let mut bms = Vec::with_capacity(chunk.len());
+        for o in chunk {
+            let state = match o.state {
+                OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
+                s @ (OccurrenceState::Missed
+                | OccurrenceState::SkippedOverlap
+                | OccurrenceState::Canceled) => s,
+                other => {
+                    return Err(StoreError::Invalid(format!(
+                        "cannot insert an occurrence as {other}"
+                    )));
+                }
+            };
+            ids.push(occurrence_id(o.schedule_id, o.version, o.scheduled_for).0);
+            sids.push(o.schedule_id.0);
+            vers.push(i32_of(o.version));
+            sfs.push(o.scheduled_for.as_millisecond());
+            avs.push(o.available_at.as_millisecond());
+            queues.push(o.queue.as_str());
+            prios.push(o.priority);
+            states.push(state.as_str());
+            maxes.push(i32_of(o.max_attempts));
+            bis.push(dur_ms(o.backoff_initial));
+            bms.push(dur_ms(o.backoff_max));
+        }
+        inserted += execute(
+            &tx,
+            "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at, finished_at)
+             SELECT u.id, $1, u.sid, u.ver, u.sf, u.av, u.q, u.pr, u.st, u.ma, u.bi, u.bm, $2::int8,
+                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END
+               FROM unnest($3::uuid[], $4::uuid[], $5::int4[], $6::int8[], $7::int8[], $8::text[],
+                           $9::int4[], $10::text[], $11::int4[], $12::int8[], $13::int8[])
+                    AS u(id, sid, ver, sf, av, q, pr, st, ma, bi, bm)
+             ON CONFLICT DO NOTHING",
+            &[&p.tenant.0, &now, &ids, &sids, &vers, &sfs, &avs, &queues, &prios, &states, &maxes, &bis, &bms],
+        )
+        .await?;
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(inserted)
+}
+
+pub(crate) async fn occurrence_claim(c: &Client, p: OccurrenceClaim) -> R<Vec<Claimed>> {
+    let now = resolve_now(c, p.now).await?;
+    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let max = i64::from(p.max);
+    let rows = query(
+        c,
+        "WITH ready AS (
+             SELECT seq, priority, available_at FROM occurrences
+              WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= $3
+              ORDER BY priority DESC, available_at LIMIT $4
+              FOR UPDATE SKIP LOCKED),
+         expired AS (
+             SELECT seq, priority, available_at FROM occurrences
+              WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= $3
+                AND attempts < max_attempts
+              ORDER BY lease_until LIMIT $4
+              FOR UPDATE SKIP LOCKED),
+         pick AS (
+             SELECT seq FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
+              ORDER BY priority DESC, available_at, seq LIMIT $4),
+         upd AS (
+             UPDATE occurrences o
+                SET state = 'RUNNING', owner = $5, epoch = o.epoch + 1, attempts = o.attempts + 1,
+                    lease_until = $6, claimed_at = $3, cancel_requested = false
+               FROM pick WHERE o.seq = pick.seq
+             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
+         prev AS (
+             UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
+               FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
+         ins AS (
+             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+             SELECT seq, epoch, $5, $3, $6, 'running' FROM upd)
+         SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
+                upd.attempts, v.payload
+           FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
+          ORDER BY upd.available_at, upd.seq",
+        &[&p.tenant.0, &p.queue, &now, &max, &p.worker_id, &lease_until],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Claimed {
+                id: OccurrenceId(r.get(0)),
+                schedule_id: ScheduleId(r.get(1)),
+                version: u32_of(r.get(2)),
+                scheduled_for: ts(r.get(3))?,
+                available_at: ts(r.get(4))?,
+                epoch: r.get(5),
+                lease_until: ts(lease_until)?,
+                attempt: u32_of(r.get(6)),
+                claimed_at: ts(now)?,
+                payload: r.get(7),
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
+    let now = resolve_now(c, p.now).await?;
+    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let ids: Vec<Uuid> = p.leases.iter().map(|l| l.occurrence_id.0).collect();
+    let epochs: Vec<i64> = p.leases.iter().map(|l| l.epoch).collect();
+    let rows = query(
+        c,
+        "UPDATE occurrences o SET lease_until = $5
+           FROM unnest($4::uuid[], $6::int8[]) AS l(id, epoch)
+          WHERE o.id = l.id AND o.epoch = l.epoch AND o.tenant_id = $1 AND o.owner = $2
+            AND o.state = 'RUNNING' AND o.lease_until > $3
+         RETURNING o.id, o.epoch, o.cancel_requested",
+        &[&p.tenant.0, &p.worker_id, &now, &ids, &lease_until, &epochs],
+    )
+    .await?;
+    let renewed: HashMap<(Uuid, i64), bool> = rows
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect();
+    let until = ts(lease_until)?;
+    Ok(p.leases
+        .iter()
+        .map(|l| {
+            let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
+            Renewal {
+                lease: *l,
+                renewed: hit.is_some(),
+                lease_until: hit.map(|_| until),
+                cancel_requested: hit.copied().unwrap_or(false),
+            }
+        })
+        .collect())
+}
+
+const FENCE_COLS: &str =
+    "seq, id, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
+    backoff_initial_ms, backoff_max_ms";
+
+fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
+    Ok((
+        r.get(0),
+        r.get(1),
+        FenceView {
+            state: stored_state(r.get(2))?,
+            owner: r.get(3),
+            epoch: r.get(4),
+            lease_until: r.get(5),
+            available_at: r.get(6),
+            attempts: u32_of(r.get(7)),
+            max_attempts: u32_of(r.get(8)),
+            backoff_initial_ms: r.get(9),
+            backoff_max_ms: r.get(10),
+        },
+    ))
+}
+
+pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMany) -> R<Vec<Ack>> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    let ids: Vec<Uuid> = p.items.iter().map(|i| i.lease.occurrence_id.0).collect();
+    // Lock the rows, decide each item with the shared fence, then write all accepted items in
+    // one conditional UPDATE whose returned rows are the acknowledgements.
+    let rows = query(
+        &tx,
+        &format!("SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = ANY($2) ORDER BY seq FOR UPDATE"),
+        &[&p.tenant.0, &ids],
+    )
+    .await?;
+    let mut views: HashMap<Uuid, (i64, FenceView)> = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let (seq, id, v) = fence_view(r)?;
+        views.insert(id, (seq, v));
+    }
+    let mut acks: Vec<Ack> = Vec::with_capacity(p.items.len());
+    let mut plans: Vec<(usize, i64, fence::FinishPlan)> = Vec::new();
+    for (i, item) in p.items.iter().enumerate() {
+        let id = item.lease.occurrence_id;
+        let Some((seq, view)) = views.get_mut(&id.0) else {
+            acks.push(refused(id, Conflict::NotFound));
+            continue;
+        };
+        if let Some(conflict) = fence::check(view, &p.worker_id, item.lease.epoch, now)? {
+            acks.push(refused(id, conflict));
+            continue;
+        }
+        let plan = fence::plan(view, id, &item.finish, now)?;
+        view.apply(&plan);
+        acks.push(Ack {
+            occurrence_id: id,
+            rows: 0,
+            conflict: None,
+            state: Some(plan.state),
+            retry_at: (plan.state == OccurrenceState::RetryWait)
+                .then(|| ts(plan.available_at))
+                .transpose()?,
+        });
+        plans.push((i, *seq, plan));
+    }
+    if !plans.is_empty() {
+        let seqs: Vec<i64> = plans.iter().map(|(_, s, _)| *s).collect();
+        let epochs: Vec<i64> = plans
+            .iter()
+            .map(|(i, _, _)| p.items[*i].lease.epoch)
+            .collect();
+        let states: Vec<&str> = plans.iter().map(|(_, _, pl)| pl.state.as_str()).collect();
+        let results: Vec<Option<&str>> = plans
+            .iter()
+            .map(|(_, _, pl)| pl.result.as_deref())
+            .collect();
+        let avail: Vec<i64> = plans.iter().map(|(_, _, pl)| pl.available_at).collect();
+        let finished: Vec<Option<i64>> = plans.iter().map(|(_, _, pl)| pl.finished_at).collect();
+        let classes: Vec<Option<&str>> = plans.iter().map(|(_, _, pl)| pl.error_class).collect();
+        let messages: Vec<Option<&str>> = plans
+            .iter()
+            .map(|(_, _, pl)| pl.error_message.as_deref())
+            .collect();
+        let outcomes: Vec<&str> = plans.iter().map(|(_, _, pl)| pl.outcome.as_str()).collect();
+        let written = query(
+            &tx,
+            "UPDATE occurrences o
+                SET state = u.state, result = COALESCE(u.result, o.result), available_at = u.available_at,
+                    finished_at = u.finished_at, last_error_class = COALESCE(u.class, o.last_error_class),
+                    last_error = COALESCE(u.message, o.last_error)
+               FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], $8::text[])
+                    AS u(seq, epoch, state, result, available_at, finished_at, class, message)
+              WHERE o.seq = u.seq AND o.state = 'RUNNING' AND o.owner = $9 AND o.epoch = u.epoch
+                AND o.lease_until > $10
+             RETURNING o.seq",
+            &[&seqs, &epochs, &states, &results, &avail, &finished, &classes, &messages, &p.worker_id, &now],
+        )
+        .await?;
+        let written: std::collections::HashSet<i64> = written.iter().map(|r| r.get(0)).collect();
+        execute(
+            &tx,
+            "UPDATE attempts a SET outcome = u.outcome, finished_at = $4, error_class = u.class, error_message = u.message
+               FROM unnest($1::int8[], $2::int8[], $3::text[], $5::text[], $6::text[]) AS u(seq, epoch, outcome, class, message)
+              WHERE a.occurrence_seq = u.seq AND a.epoch = u.epoch",
+            &[&seqs, &epochs, &outcomes, &now, &classes, &messages],
+        )
+        .await?;
+        for (i, seq, _) in &plans {
+            if written.contains(seq) {
+                acks[*i].rows = 1;
+            } else {
+                // The row lock makes this unreachable; if it ever happens, say so honestly.
+                let state = acks[*i].state.unwrap_or(OccurrenceState::Running);
+                acks[*i] = refused(acks[*i].occurrence_id, Conflict::WrongState { state });
+            }
+        }
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(acks)
+}
+
+pub(crate) async fn occurrence_cancel(c: &mut Client, p: OccurrenceCancel) -> R<Ack> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    let id = p.occurrence_id;
+    let rows = query(
+        &tx,
+        &format!(
+            "SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+        ),
+        &[&p.tenant.0, &id.0],
+    )
+    .await?;
+    let Some(row) = rows.first() else {
+        return Ok(refused(id, Conflict::NotFound));
+    };
+    let (seq, _, view) = fence_view(row)?;
+    let (n, state) = match view.state {
+        OccurrenceState::Ready | OccurrenceState::RetryWait => (
+            execute(&tx, "UPDATE occurrences SET state = 'CANCELED', finished_at = $2 WHERE seq = $1 AND state IN ('READY', 'RETRY_WAIT')", &[&seq, &now]).await?,
+            OccurrenceState::Canceled,
+        ),
+        OccurrenceState::Running => (
+            execute(&tx, "UPDATE occurrences SET cancel_requested = true WHERE seq = $1 AND state = 'RUNNING'", &[&seq]).await?,
+            OccurrenceState::Running,
+        ),
+        s => return Ok(refused(id, Conflict::WrongState { state: reported(s, view.available_at, now) })),
+    };
+    tx.commit().await.map_err(pg_err)?;
+    Ok(Ack {
+        occurrence_id: id,
+        rows: n,
+        conflict: None,
+        state: Some(state),
+        retry_at: None,
+    })
+}
+
+pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ack> {
+    let now = resolve_now(c, p.now).await?;
+    let id = p.occurrence_id;
+    let n = execute(
+        c,
+        "UPDATE occurrences SET state = 'READY', attempts = 0, available_at = $3, finished_at = NULL,
+                cancel_requested = false
+          WHERE id = $1 AND tenant_id = $2 AND state = 'DEAD'",
+        &[&id.0, &p.tenant.0, &now],
+    )
+    .await?;
+    if n == 1 {
+        return Ok(Ack {
+            occurrence_id: id,
+            rows: 1,
+            conflict: None,
+            state: Some(OccurrenceState::Ready),
+            retry_at: None,
+        });
+    }
+    let rows = query(
+        c,
+        &format!("SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = $2"),
+        &[&p.tenant.0, &id.0],
+    )
+    .await?;
+    Ok(match rows.first() {
+        None => refused(id, Conflict::NotFound),
+        Some(r) => {
+            let (_, _, v) = fence_view(r)?;
+            refused(
+                id,
+                Conflict::WrongState {
+                    state: reported(v.state, v.available_at, now),
+                },
+            )
+        }
+    })
+}
+
+pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
+    let now = resolve_now(c, p.now).await?;
+    let limit = i64::from(p.limit);
+    let rows = query(
+        c,
+        "WITH exp AS (
+             SELECT seq, epoch, attempts >= max_attempts AS dead FROM occurrences
+              WHERE state = 'RUNNING' AND lease_until <= $1
+              ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED),
+         upd AS (
+             UPDATE occurrences o
+                SET state = CASE WHEN exp.dead THEN 'DEAD' ELSE 'READY' END,
+                    finished_at = CASE WHEN exp.dead THEN $1 ELSE o.finished_at END,
+                    last_error = 'lease expired'
+               FROM exp WHERE o.seq = exp.seq
+             RETURNING exp.dead),
+         att AS (
+             UPDATE attempts a SET outcome = 'lease_expired', finished_at = $1
+               FROM exp WHERE a.occurrence_seq = exp.seq AND a.epoch = exp.epoch AND a.outcome = 'running')
+         SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd",
+        &[&now, &limit],
+    )
+    .await?;
+    let r = rows
+        .first()
+        .ok_or_else(|| StoreError::Database("sweep returned nothing".into()))?;
+    Ok(SweepReport {
+        requeued: r.get::<_, i64>(0) as u64,
+        dead: r.get::<_, i64>(1) as u64,
+    })
+}
+
+const OCC_COLS: &str =
+    "seq, id, schedule_id, version, scheduled_for, available_at, queue, priority, state,
+    epoch, owner, lease_until, attempts, max_attempts, cancel_requested, result, last_error_class,
+    last_error, finished_at";
+
+fn occurrence_row(r: &Row, now: i64) -> R<(i64, Occurrence)> {
+    let available_at: i64 = r.get(5);
+    let class: Option<String> = r.get(16);
+    Ok((
+        r.get(0),
+        Occurrence {
+            id: OccurrenceId(r.get(1)),
+            schedule_id: ScheduleId(r.get(2)),
+            version: u32_of(r.get(3)),
+            scheduled_for: ts(r.get(4))?,
+            available_at: ts(available_at)?,
+            queue: r.get(6),
+            priority: r.get(7),
+            state: reported(stored_state(r.get(8))?, available_at, now),
+            epoch: r.get(9),
+            owner: r.get(10),
+            lease_until: opt_ts(r.get(11))?,
+            attempts: u32_of(r.get(12)),
+            max_attempts: u32_of(r.get(13)),
+            cancel_requested: r.get(14),
+            result: r.get(15),
+            last_error_class: class.as_deref().and_then(|c| c.parse().ok()),
+            last_error: r.get(17),
+            finished_at: opt_ts(r.get(18))?,
+        },
+    ))
+}
+
+pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<OccurrenceDetail>> {
+    let now = resolve_now(c, p.now).await?;
+    let rows = match p.key {
+        OccurrenceKey::Id(id) => {
+            query(c, &format!("SELECT {OCC_COLS} FROM occurrences WHERE id = $1 AND tenant_id = $2"), &[&id.0, &p.tenant.0]).await?
+        }
+        OccurrenceKey::Planned { schedule_id, scheduled_for } => {
+            query(
+                c,
+                &format!(
+                    "SELECT {OCC_COLS} FROM occurrences WHERE scheduled_for = $1 AND schedule_id = $2 AND tenant_id = $3
+                      ORDER BY version DESC LIMIT 1"
+                ),
+                &[&scheduled_for.as_millisecond(), &schedule_id.0, &p.tenant.0],
+            )
+            .await?
+        }
+    };
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let (seq, occurrence) = occurrence_row(row, now)?;
+    let attempts = query(
+        c,
+        "SELECT epoch, owner, started_at, lease_until, finished_at, outcome, error_class, error_message
+           FROM attempts WHERE occurrence_seq = $1 ORDER BY epoch",
+        &[&seq],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        let outcome: String = r.get(5);
+        let class: Option<String> = r.get(6);
+        Ok(Attempt {
+            epoch: r.get(0),
+            owner: r.get(1),
+            started_at: ts(r.get(2))?,
+            lease_until: ts(r.get(3))?,
+            finished_at: opt_ts(r.get(4))?,
+            outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| StoreError::Database(format!("unknown attempt outcome '{outcome}'")))?,
+            error_class: class.as_deref().and_then(|c| c.parse().ok()),
+            error_message: r.get(7),
+        })
+    })
+    .collect::<R<Vec<_>>>()?;
+    Ok(Some(OccurrenceDetail {
+        occurrence,
+        attempts,
+    }))
+}
+
+pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occurrence>> {
+    let now = resolve_now(c, p.now).await?;
+    let mut sql = format!("SELECT {OCC_COLS} FROM occurrences WHERE tenant_id = $1");
+    let mut params: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(p.tenant.0)];
+    let mut push = |clause: &str, v: Box<dyn ToSql + Sync + Send>, sql: &mut String| {
+        params.push(v);
+        sql.push_str(&clause.replace('?', &format!("${}", params.len())));
+    };
+    if let Some(s) = p.schedule_id {
+        push(" AND schedule_id = ?", Box::new(s.0), &mut sql);
+    }
+    if let Some(f) = p.from {
+        push(
+            " AND scheduled_for >= ?",
+            Box::new(f.as_millisecond()),
+            &mut sql,
+        );
+    }
+    if let Some(t) = p.to {
+        push(
+            " AND scheduled_for < ?",
+            Box::new(t.as_millisecond()),
+            &mut sql,
+        );
+    }
+    if let Some((t, id)) = p.after {
+        push(
+            " AND (scheduled_for, id) > (?",
+            Box::new(t.as_millisecond()),
+            &mut sql,
+        );
+        push(", ?)", Box::new(id.0), &mut sql);
+    }
+    if let Some(state) = p.state {
+        match state {
+            OccurrenceState::Scheduled => push(
+                " AND state = 'READY' AND available_at > ?",
+                Box::new(now),
+                &mut sql,
+            ),
+            OccurrenceState::Ready => push(
+                " AND state IN ('READY', 'RETRY_WAIT') AND available_at <= ?",
+                Box::new(now),
+                &mut sql,
+            ),
+            OccurrenceState::RetryWait => push(
+                " AND state = 'RETRY_WAIT' AND available_at > ?",
+                Box::new(now),
+                &mut sql,
+            ),
+            s => push(" AND state = ?", Box::new(s.as_str().to_string()), &mut sql),
+        }
+    }
+    push(
+        " ORDER BY scheduled_for, id LIMIT ?",
+        Box::new(i64::from(p.limit)),
+        &mut sql,
+    );
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    query(c, &sql, &refs)
+        .await?
+        .iter()
+        .map(|r| occurrence_row(r, now).map(|(_, o)| o))
+        .collect()
+}
