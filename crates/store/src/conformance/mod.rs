@@ -5,10 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod crash;
 mod fencing;
 mod lifecycle;
 mod races;
 
+pub use crash::*;
 pub use fencing::*;
 pub use lifecycle::*;
 pub use races::*;
