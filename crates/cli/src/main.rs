@@ -1,5 +1,7 @@
 //! The `campanile` binary: one entry point for the service, its tools and its benchmarks.
 
+mod bench;
+mod db;
 mod preview;
 
 use std::process::ExitCode;
@@ -19,6 +21,15 @@ struct Cli {
 enum Command {
     /// List the next fire times of a cron expression in a time zone.
     Preview(preview::PreviewArgs),
+    /// Create or upgrade the database schema (also done on every start).
+    Migrate {
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// Benchmarks; each prints one JSON object of figures as its last line with --json.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// A failure to report on stderr as one line, with its exit code.
@@ -36,12 +47,22 @@ impl CliError {
             message: message.into(),
         }
     }
+
+    /// A failure of the environment (database down, disk full): exit code 1.
+    pub(crate) fn runtime(message: impl Into<String>) -> CliError {
+        CliError {
+            code: 1,
+            message: message.into(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Preview(args) => preview::run(&args),
+        Command::Migrate { database } => migrate(&database),
+        Command::Bench(cmd) => bench::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -50,4 +71,18 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
+}
+
+fn migrate(database: &str) -> Result<(), CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(db::open(database, None))?;
+    println!(
+        "{} is at schema version {}",
+        db::redact(database),
+        db::latest_version(database)
+    );
+    Ok(())
 }

@@ -1,0 +1,260 @@
+//! `campanile bench store`: claim + complete throughput with the fencing checks on.
+//!
+//! For each batch size: a fresh tenant gets `--occurrences` due occurrences (not timed), then
+//! `--workers` concurrent workers each loop "claim a batch, finish it as one fenced batch"
+//! until the queue is empty. The figure is occurrences claimed and completed per second.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use campanile_core::{OccurrenceState, ScheduleId};
+use campanile_store::*;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use super::{Backend, Common};
+use crate::{CliError, db};
+
+/// Arguments of `campanile bench store`.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Occurrences per batch size.
+    #[arg(long, default_value_t = 100_000)]
+    occurrences: u32,
+    /// Batch sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
+    batch: Vec<u32>,
+    /// Concurrent workers.
+    #[arg(long, default_value_t = 8)]
+    workers: u32,
+}
+
+pub(crate) fn run(args: StoreArgs) -> Result<(), CliError> {
+    if args.occurrences == 0 || args.workers == 0 || args.batch.iter().any(|b| *b == 0) {
+        return Err(CliError::usage(
+            "--occurrences, --workers and every --batch must be positive",
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(run_async(args))
+}
+
+async fn run_async(args: StoreArgs) -> Result<(), CliError> {
+    let tmp = tempfile::tempdir()
+        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
+    let (database, schema) = match args.common.backend {
+        Backend::Sqlite => (tmp.path().join("bench.db").display().to_string(), None),
+        Backend::Postgres => {
+            let url = args.common.database.clone().ok_or_else(|| {
+                CliError::usage("--backend postgres needs --database postgres://…")
+            })?;
+            if !db::is_postgres(&url) {
+                return Err(CliError::usage(
+                    "--database must be a postgres:// URL with --backend postgres",
+                ));
+            }
+            (
+                url,
+                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
+            )
+        }
+    };
+    let store = db::open(&database, schema.clone()).await?;
+    let mut results = Vec::new();
+    for (i, &batch) in args.batch.iter().enumerate() {
+        let rate = measure(&store, i, batch, &args).await?;
+        results.push(rate);
+    }
+    if let Some(schema) = &schema {
+        let pg = campanile_store_postgres::PgStore::connect_with(
+            &database,
+            campanile_store_postgres::PgOptions {
+                schema: Some(schema.clone()),
+                pool_size: 1,
+            },
+        )
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+        pg.drop_schema()
+            .await
+            .map_err(|e| CliError::runtime(e.to_string()))?;
+    }
+
+    println!(
+        "campanile bench store — {:?}, {} occurrences per batch size, {} workers",
+        args.common.backend, args.occurrences, args.workers
+    );
+    println!("{:>8}  {:>14}  {:>9}", "batch", "occurrences/s", "seconds");
+    for r in &results {
+        println!(
+            "{:>8}  {:>14.0}  {:>9.3}",
+            r["batch"],
+            r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
+            r["seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if args.common.json {
+        let out = json!({
+            "bench": "store",
+            "backend": args.common.backend,
+            "occurrences": args.occurrences,
+            "workers": args.workers,
+            "results": results,
+        });
+        println!("{out}");
+    }
+    Ok(())
+}
+
+async fn measure(
+    store: &Arc<dyn Store>,
+    round: usize,
+    batch: u32,
+    args: &StoreArgs,
+) -> Result<serde_json::Value, CliError> {
+    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+    let t0 = Timestamp::now();
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: format!("bench-{round}-{}", uuid::Uuid::now_v7().simple()),
+            now: None,
+        })
+        .await
+        .map_err(err)?
+        .id;
+    let schedule = ScheduleId(uuid::Uuid::now_v7());
+    store
+        .schedule_create(ScheduleCreate {
+            tenant,
+            id: schedule,
+            spec: ScheduleSpec {
+                timing: Timing::At(t0),
+                queue: "bench".into(),
+                payload: Some("{\"n\":1}".into()),
+                priority: 0,
+                lease: SignedDuration::from_secs(60),
+                max_attempts: 3,
+                backoff_initial: SignedDuration::from_secs(1),
+                backoff_max: SignedDuration::from_secs(60),
+                misfire: "{\"policy\":\"skip\"}".into(),
+                overlap: "allow".into(),
+                flex_window: SignedDuration::ZERO,
+            },
+            shard: 0,
+            next_run_at: None,
+            now: None,
+        })
+        .await
+        .map_err(err)?;
+    // One-off occurrences, due now: one per millisecond before now, as a planner would write them.
+    let n = i64::from(args.occurrences);
+    for chunk_start in (0..n).step_by(50_000) {
+        let items = (chunk_start..(chunk_start + 50_000).min(n))
+            .map(|i| {
+                let at = t0
+                    .checked_sub(SignedDuration::from_millis(n - i))
+                    .unwrap_or(t0);
+                NewOccurrence {
+                    schedule_id: schedule,
+                    version: 1,
+                    scheduled_for: at,
+                    available_at: at,
+                    queue: "bench".into(),
+                    priority: 0,
+                    max_attempts: 3,
+                    backoff_initial: SignedDuration::from_secs(1),
+                    backoff_max: SignedDuration::from_secs(60),
+                    state: OccurrenceState::Ready,
+                }
+            })
+            .collect();
+        store
+            .occurrence_insert_many(OccurrenceInsertMany {
+                tenant,
+                items,
+                now: None,
+            })
+            .await
+            .map_err(err)?;
+    }
+
+    let bar = ProgressBar::new(u64::from(args.occurrences));
+    bar.set_style(
+        ProgressStyle::with_template("batch {msg:>5} [{bar:40}] {pos}/{len} {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(batch.to_string());
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..args.workers {
+        let (store, done, bar) = (store.clone(), done.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("bench-{w}");
+            loop {
+                let claimed = store
+                    .occurrence_claim(OccurrenceClaim {
+                        tenant,
+                        queue: "bench".into(),
+                        worker_id: worker.clone(),
+                        max: batch,
+                        lease: SignedDuration::from_secs(60),
+                        now: None,
+                    })
+                    .await?;
+                if claimed.is_empty() {
+                    return Ok::<(), StoreError>(());
+                }
+                let items = claimed
+                    .iter()
+                    .map(|c| FinishItem {
+                        lease: LeaseRef {
+                            occurrence_id: c.id,
+                            epoch: c.epoch,
+                        },
+                        finish: Finish::Succeeded {
+                            result: Some("true".into()),
+                        },
+                    })
+                    .collect();
+                let acks = store
+                    .occurrence_finish_many(OccurrenceFinishMany {
+                        tenant,
+                        worker_id: worker.clone(),
+                        items,
+                        now: None,
+                    })
+                    .await?;
+                let accepted = acks.iter().filter(|a| a.accepted()).count() as u64;
+                done.fetch_add(accepted, Ordering::Relaxed);
+                bar.inc(accepted);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| CliError::runtime(format!("worker task failed: {e}")))?
+            .map_err(err)?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let completed = done.load(Ordering::Relaxed);
+    if completed != u64::from(args.occurrences) {
+        return Err(CliError::runtime(format!(
+            "only {completed} of {} occurrences were completed",
+            args.occurrences
+        )));
+    }
+    Ok(
+        json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs }),
+    )
+}

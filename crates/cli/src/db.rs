@@ -1,0 +1,62 @@
+//! Opening the store named by `--database`: a file path (embedded SQLite) or a
+//! `postgres://` URL.
+
+use std::sync::Arc;
+
+use campanile_store::Store;
+use campanile_store_postgres::{PgOptions, PgStore};
+use campanile_store_sqlite::SqliteStore;
+
+use crate::CliError;
+
+/// Which backend a `--database` value names.
+pub(crate) fn is_postgres(database: &str) -> bool {
+    database.starts_with("postgres://") || database.starts_with("postgresql://")
+}
+
+/// Opens (and migrates) the store.
+pub(crate) async fn open(
+    database: &str,
+    schema: Option<String>,
+) -> Result<Arc<dyn Store>, CliError> {
+    if is_postgres(database) {
+        let store = PgStore::connect_with(
+            database,
+            PgOptions {
+                schema,
+                ..PgOptions::default()
+            },
+        )
+        .await
+        .map_err(|e| CliError::runtime(format!("cannot open {}: {e}", redact(database))))?;
+        Ok(Arc::new(store))
+    } else {
+        let store = SqliteStore::open(database)
+            .map_err(|e| CliError::runtime(format!("cannot open {database}: {e}")))?;
+        Ok(Arc::new(store))
+    }
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The latest schema version this binary knows for the backend.
+pub(crate) fn latest_version(database: &str) -> i64 {
+    let migrations = if is_postgres(database) {
+        campanile_store_postgres::MIGRATIONS
+    } else {
+        campanile_store_sqlite::MIGRATIONS
+    };
+    migrations.last().map_or(0, |m| m.0)
+}
