@@ -97,10 +97,10 @@ CREATE TABLE occurrences (
 -- The claim scan: due pending work of one tenant's queue, by priority then availability.
 CREATE INDEX occurrences_pending ON occurrences (tenant_id, queue, priority DESC, available_at)
     WHERE state IN ('READY', 'RETRY_WAIT');
--- Expired leases: by queue for claims, globally for the sweep.
-CREATE INDEX occurrences_running_queue ON occurrences (tenant_id, queue, lease_until)
+-- Expired leases, by queue for claims. The sweep scans this whole index: it only holds
+-- occurrences in flight, and one index fewer on the hot path was worth ~8% of throughput.
+CREATE INDEX occurrences_running ON occurrences (tenant_id, queue, lease_until)
     WHERE state = 'RUNNING';
-CREATE INDEX occurrences_running ON occurrences (lease_until) WHERE state = 'RUNNING';
 -- Listing by schedule. Schedule-major, so it is the one index that is not append-mostly.
 CREATE INDEX occurrences_schedule ON occurrences (schedule_id, scheduled_for);
 

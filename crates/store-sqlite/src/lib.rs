@@ -82,7 +82,8 @@ pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
          PRAGMA synchronous = FULL;
          PRAGMA foreign_keys = OFF;
          PRAGMA temp_store = MEMORY;
-         PRAGMA cache_size = -65536;",
+         PRAGMA cache_size = -65536;
+         PRAGMA mmap_size = 1073741824;",
     )
     .map_err(db_err)
 }

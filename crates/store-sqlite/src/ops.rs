@@ -380,37 +380,6 @@ fn finish_one(
     now: i64,
 ) -> R<Ack> {
     let id = item.lease.occurrence_id;
-    // Fast path for a success: the fenced write first, no read. Its affected-row count is
-    // the acknowledgement; only a refusal reads the row, to say which check failed.
-    if let Finish::Succeeded { result } = &item.finish {
-        let seq: Option<i64> = c
-            .prepare_cached(
-                "UPDATE occurrences SET state = 'SUCCEEDED', result = ?1, finished_at = ?2
-                  WHERE id = ?3 AND tenant_id = ?4 AND state = 'RUNNING' AND owner = ?5 AND epoch = ?6
-                    AND lease_until > ?2
-                 RETURNING seq",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![result, now, id.0, tenant.0, worker, item.lease.epoch], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(db_err)?;
-        if let Some(seq) = seq {
-            c.prepare_cached(
-                "UPDATE attempts SET outcome = 'succeeded', finished_at = ?1
-                  WHERE occurrence_seq = ?2 AND epoch = ?3",
-            )
-            .and_then(|mut s| s.execute(params![now, seq, item.lease.epoch]))
-            .map_err(db_err)?;
-            return Ok(Ack {
-                occurrence_id: id,
-                rows: 1,
-                conflict: None,
-                state: Some(OccurrenceState::Succeeded),
-                retry_at: None,
-            });
-        }
-    }
     let Some((seq, view)) = fence_row(c, tenant, id)? else {
         return Ok(refused(id, Conflict::NotFound));
     };
