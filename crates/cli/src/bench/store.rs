@@ -35,7 +35,7 @@ pub(crate) struct StoreArgs {
 }
 
 pub(crate) fn run(args: StoreArgs) -> Result<(), CliError> {
-    if args.occurrences == 0 || args.workers == 0 || args.batch.iter().any(|b| *b == 0) {
+    if args.occurrences == 0 || args.workers == 0 || args.batch.contains(&0) {
         return Err(CliError::usage(
             "--occurrences, --workers and every --batch must be positive",
         ));
