@@ -6,9 +6,11 @@
 mod backoff;
 mod clock;
 mod ids;
+mod policy;
 mod state;
 
 pub use backoff::{Backoff, BackoffError, flex_offset};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{OccurrenceId, ScheduleId, occurrence_id};
+pub use policy::{Misfire, Overlap};
 pub use state::{ErrorClass, OccurrenceState, UnknownName};

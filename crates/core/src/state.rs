@@ -87,6 +87,17 @@ pub struct UnknownName {
     expected: &'static str,
 }
 
+impl UnknownName {
+    /// A refusal of `name` as a `kind`, listing what is `expected`.
+    pub fn new(kind: &'static str, name: &str, expected: &'static str) -> UnknownName {
+        UnknownName {
+            kind,
+            name: name.to_string(),
+            expected,
+        }
+    }
+}
+
 impl fmt::Display for OccurrenceState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -79,6 +79,7 @@ CREATE TABLE occurrences (
     max_attempts        INTEGER NOT NULL,
     backoff_initial_ms  BIGINT  NOT NULL,
     backoff_max_ms      BIGINT  NOT NULL,
+    overlap             INTEGER NOT NULL DEFAULT 0,   -- 0 ALLOW, 1 SKIP_IF_RUNNING, 2 QUEUE_ONE
     cancel_requested    BOOLEAN NOT NULL DEFAULT false,
     result              TEXT,
     last_error_class    TEXT,
@@ -93,6 +94,24 @@ CREATE INDEX occurrences_running_queue ON occurrences (tenant_id, queue, lease_u
     WHERE state = 'RUNNING';
 CREATE INDEX occurrences_running ON occurrences (lease_until) WHERE state = 'RUNNING';
 CREATE INDEX occurrences_schedule ON occurrences (schedule_id, scheduled_for);
+-- "Is another occurrence of this schedule running?", asked only for overlap-constrained
+-- schedules, so the index holds nothing for the default ALLOW.
+CREATE INDEX occurrences_running_schedule ON occurrences (schedule_id)
+    WHERE state = 'RUNNING' AND overlap <> 0;
+
+-- Very long misfire gaps, summarized: one row with a count and a range instead of a MISSED
+-- occurrence per instant. `count_exact` is false when the gap was too long to enumerate.
+CREATE TABLE missed_ranges (
+    tenant_id     BIGINT NOT NULL,
+    schedule_id   UUID NOT NULL,
+    version       INTEGER NOT NULL,
+    first_at      BIGINT NOT NULL,
+    last_at       BIGINT NOT NULL,
+    count         BIGINT NOT NULL,
+    count_exact   BOOLEAN NOT NULL,
+    recorded_at   BIGINT NOT NULL,
+    PRIMARY KEY (schedule_id, version, first_at)
+);
 
 CREATE TABLE attempts (
     occurrence_seq  BIGINT NOT NULL,

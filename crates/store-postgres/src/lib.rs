@@ -10,6 +10,7 @@
 
 mod migrate;
 mod ops;
+mod schedules;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -208,7 +209,7 @@ impl Store for PgStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        ops::occurrence_claim(&self.client().await?, p).await
+        ops::occurrence_claim(&mut self.client().await?, p).await
     }
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
@@ -246,5 +247,49 @@ impl Store for PgStore {
 
     async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError> {
         ops::occurrence_list(&self.client().await?, p).await
+    }
+
+    async fn store_now(&self) -> Result<Timestamp, StoreError> {
+        let ms = resolve_now(&self.client().await?, None).await?;
+        Timestamp::from_millisecond(ms).map_err(|e| StoreError::Database(e.to_string()))
+    }
+
+    async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError> {
+        schedules::schedule_get(&self.client().await?, p.tenant, p.id).await
+    }
+
+    async fn schedule_update(&self, p: ScheduleUpdate) -> Result<ScheduleChange, StoreError> {
+        schedules::schedule_update(&mut self.client().await?, p).await
+    }
+
+    async fn schedule_transition(
+        &self,
+        p: ScheduleTransition,
+    ) -> Result<ScheduleChange, StoreError> {
+        schedules::schedule_transition(&mut self.client().await?, p).await
+    }
+
+    async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError> {
+        schedules::schedule_due(&self.client().await?, p).await
+    }
+
+    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
+        schedules::schedule_next_due(&self.client().await?, shards).await
+    }
+
+    async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError> {
+        schedules::plan_commit(&mut self.client().await?, p).await
+    }
+
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError> {
+        schedules::shard_acquire(&mut self.client().await?, p).await
+    }
+
+    async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
+        schedules::shard_release(&self.client().await?, p).await
+    }
+
+    async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
+        schedules::missed_range_list(&self.client().await?, p).await
     }
 }

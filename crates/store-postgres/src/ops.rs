@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use crate::{pg_err, resolve_now};
 
-type R<T> = Result<T, StoreError>;
+pub(crate) type R<T> = Result<T, StoreError>;
 
-fn ts(ms: i64) -> R<Timestamp> {
+pub(crate) fn ts(ms: i64) -> R<Timestamp> {
     Timestamp::from_millisecond(ms)
         .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
 }
@@ -24,16 +24,16 @@ fn opt_ts(ms: Option<i64>) -> R<Option<Timestamp>> {
     ms.map(ts).transpose()
 }
 
-fn dur_ms(d: SignedDuration) -> i64 {
+pub(crate) fn dur_ms(d: SignedDuration) -> i64 {
     d.as_millis()
         .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-fn i32_of(v: u32) -> i32 {
+pub(crate) fn i32_of(v: u32) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
 
-fn u32_of(v: i32) -> u32 {
+pub(crate) fn u32_of(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
@@ -51,12 +51,20 @@ fn refused(id: OccurrenceId, conflict: Conflict) -> Ack {
     }
 }
 
-async fn query<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> R<Vec<Row>> {
+pub(crate) async fn query<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> R<Vec<Row>> {
     let stmt = c.prepare_cached(sql).await.map_err(pg_err)?;
     c.query(&stmt, params).await.map_err(pg_err)
 }
 
-async fn execute<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> R<u64> {
+pub(crate) async fn execute<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> R<u64> {
     let stmt = c.prepare_cached(sql).await.map_err(pg_err)?;
     c.execute(&stmt, params).await.map_err(pg_err)
 }
@@ -94,57 +102,47 @@ pub(crate) async fn schedule_create(c: &mut Client, p: ScheduleCreate) -> R<()> 
         &[&p.id.0, &p.tenant.0, &p.shard, &p.next_run_at.map(|t| t.as_millisecond()), &now],
     )
     .await?;
-    let s = &p.spec;
-    let t = s.timing.columns();
-    execute(
-        &tx,
-        "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
-             at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
-             backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
-         VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
-        &[
-            &p.id.0,
-            &t.kind,
-            &t.cron,
-            &t.timezone,
-            &t.dst_gap,
-            &t.dst_fold,
-            &t.at,
-            &t.every_ms,
-            &t.anchor,
-            &s.queue,
-            &s.payload,
-            &s.priority,
-            &dur_ms(s.lease),
-            &i32_of(s.max_attempts),
-            &dur_ms(s.backoff_initial),
-            &dur_ms(s.backoff_max),
-            &s.misfire,
-            &s.overlap,
-            &dur_ms(s.flex_window),
-            &now,
-        ],
-    )
-    .await?;
+    version_insert(&tx, p.id, 1, &p.spec, now).await?;
     tx.commit().await.map_err(pg_err)
 }
 
 pub(crate) async fn occurrence_insert_many(c: &mut Client, p: OccurrenceInsertMany) -> R<u64> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
+    let inserted = insert_occurrences(&tx, p.tenant, &p.items, now).await?;
+    tx.commit().await.map_err(pg_err)?;
+    Ok(inserted)
+}
+
+/// Inserts occurrences as arrays, 5,000 per statement; duplicates of the unique key are
+/// ignored. Returns how many were new.
+pub(crate) async fn insert_occurrences<C: GenericClient>(
+    tx: &C,
+    tenant: TenantId,
+    items: &[NewOccurrence],
+    now: i64,
+) -> R<u64> {
     let mut inserted = 0;
-    for chunk in p.items.chunks(5_000) {
-        let mut ids = Vec::with_capacity(chunk.len());
-        let mut sids = Vec::with_capacity(chunk.len());
-        let mut vers = Vec::with_capacity(chunk.len());
-        let mut sfs = Vec::with_capacity(chunk.len());
-        let mut avs = Vec::with_capacity(chunk.len());
-        let mut queues = Vec::with_capacity(chunk.len());
-        let mut prios = Vec::with_capacity(chunk.len());
-        let mut states = Vec::with_capacity(chunk.len());
-        let mut maxes = Vec::with_capacity(chunk.len());
-        let mut bis = Vec::with_capacity(chunk.len());
-        let mut bms = Vec::with_capacity(chunk.len());
+    for chunk in items.chunks(5_000) {
+        let n = chunk.len();
+        let (mut ids, mut sids, mut vers, mut sfs, mut avs) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut queues, mut prios, mut states, mut maxes) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut bis, mut bms, mut overlaps) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for o in chunk {
             let state = match o.state {
                 OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
@@ -168,26 +166,26 @@ pub(crate) async fn occurrence_insert_many(c: &mut Client, p: OccurrenceInsertMa
             maxes.push(i32_of(o.max_attempts));
             bis.push(dur_ms(o.backoff_initial));
             bms.push(dur_ms(o.backoff_max));
+            overlaps.push(o.overlap.code());
         }
         inserted += execute(
-            &tx,
+            tx,
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
-                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at, finished_at)
+                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at, finished_at, overlap)
              SELECT u.id, $1, u.sid, u.ver, u.sf, u.av, u.q, u.pr, u.st, u.ma, u.bi, u.bm, $2::int8,
-                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END
+                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END, u.ov
                FROM unnest($3::uuid[], $4::uuid[], $5::int4[], $6::int8[], $7::int8[], $8::text[],
-                           $9::int4[], $10::text[], $11::int4[], $12::int8[], $13::int8[])
-                    AS u(id, sid, ver, sf, av, q, pr, st, ma, bi, bm)
+                           $9::int4[], $10::text[], $11::int4[], $12::int8[], $13::int8[], $14::int4[])
+                    AS u(id, sid, ver, sf, av, q, pr, st, ma, bi, bm, ov)
              ON CONFLICT DO NOTHING",
-            &[&p.tenant.0, &now, &ids, &sids, &vers, &sfs, &avs, &queues, &prios, &states, &maxes, &bis, &bms],
+            &[&tenant.0, &now, &ids, &sids, &vers, &sfs, &avs, &queues, &prios, &states, &maxes, &bis, &bms, &overlaps],
         )
         .await?;
     }
-    tx.commit().await.map_err(pg_err)?;
     Ok(inserted)
 }
 
-pub(crate) async fn occurrence_claim(c: &Client, p: OccurrenceClaim) -> R<Vec<Claimed>> {
+pub(crate) async fn occurrence_claim(c: &mut Client, p: OccurrenceClaim) -> R<Vec<Claimed>> {
     let now = resolve_now(c, p.now).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
     let max = i64::from(p.max);
@@ -196,12 +194,13 @@ pub(crate) async fn occurrence_claim(c: &Client, p: OccurrenceClaim) -> R<Vec<Cl
         "WITH ready AS (
              SELECT seq, priority, available_at FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= $3
+                AND overlap = 0
               ORDER BY priority DESC, available_at LIMIT $4
               FOR UPDATE SKIP LOCKED),
          expired AS (
              SELECT seq, priority, available_at FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= $3
-                AND attempts < max_attempts
+                AND attempts < max_attempts AND overlap = 0
               ORDER BY lease_until LIMIT $4
               FOR UPDATE SKIP LOCKED),
          pick AS (
@@ -226,22 +225,121 @@ pub(crate) async fn occurrence_claim(c: &Client, p: OccurrenceClaim) -> R<Vec<Cl
         &[&p.tenant.0, &p.queue, &now, &max, &p.worker_id, &lease_until],
     )
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Claimed {
-                id: OccurrenceId(r.get(0)),
-                schedule_id: ScheduleId(r.get(1)),
-                version: u32_of(r.get(2)),
-                scheduled_for: ts(r.get(3))?,
-                available_at: ts(r.get(4))?,
-                epoch: r.get(5),
-                lease_until: ts(lease_until)?,
-                attempt: u32_of(r.get(6)),
-                claimed_at: ts(now)?,
-                payload: r.get(7),
-            })
-        })
-        .collect()
+    let mut out = rows
+        .iter()
+        .map(|r| claimed_row(r, now, lease_until))
+        .collect::<R<Vec<_>>>()?;
+    let room = (p.max as usize).saturating_sub(out.len());
+    if room > 0 {
+        out.extend(claim_constrained(c, &p, now, lease_until, room).await?);
+    }
+    Ok(out)
+}
+
+fn claimed_row(r: &Row, now: i64, lease_until: i64) -> R<Claimed> {
+    Ok(Claimed {
+        id: OccurrenceId(r.get(0)),
+        schedule_id: ScheduleId(r.get(1)),
+        version: u32_of(r.get(2)),
+        scheduled_for: ts(r.get(3))?,
+        available_at: ts(r.get(4))?,
+        epoch: r.get(5),
+        lease_until: ts(lease_until)?,
+        attempt: u32_of(r.get(6)),
+        claimed_at: ts(now)?,
+        payload: r.get(7),
+    })
+}
+
+/// Claims of overlap-constrained occurrences: each candidate's schedule row is locked, so
+/// the decision is atomic with the state of the schedule's other occurrences across nodes.
+async fn claim_constrained(
+    c: &mut Client,
+    p: &OccurrenceClaim,
+    now: i64,
+    lease_until: i64,
+    room: usize,
+) -> R<Vec<Claimed>> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let limit = (room + 64) as i64;
+    let candidates = query(
+        &tx,
+        "SELECT seq, schedule_id, overlap, state FROM occurrences
+          WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
+            AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
+                 OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
+          ORDER BY priority DESC, available_at, seq LIMIT $4
+          FOR UPDATE SKIP LOCKED",
+        &[&p.tenant.0, &p.queue, &now, &limit],
+    )
+    .await?;
+    let mut out = Vec::new();
+    let mut waiting = std::collections::HashSet::new();
+    for cand in &candidates {
+        if out.len() >= room {
+            break;
+        }
+        let (seq, schedule, overlap, state): (i64, Uuid, i32, String) =
+            (cand.get(0), cand.get(1), cand.get(2), cand.get(3));
+        let decision = if state == "RUNNING" {
+            fence::OverlapDecision::Claim
+        } else {
+            execute(
+                &tx,
+                "SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE",
+                &[&schedule],
+            )
+            .await?;
+            let running: bool = query(
+                &tx,
+                "SELECT EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2)",
+                &[&schedule, &seq],
+            )
+            .await?
+            .first()
+            .is_some_and(|r| r.get(0));
+            fence::overlap_decision(
+                campanile_core::Overlap::from_code(overlap),
+                running,
+                waiting.contains(&schedule),
+            )
+        };
+        match decision {
+            fence::OverlapDecision::Claim => {
+                let rows = query(
+                    &tx,
+                    "WITH upd AS (
+                         UPDATE occurrences o
+                            SET state = 'RUNNING', owner = $2, epoch = o.epoch + 1, attempts = o.attempts + 1,
+                                lease_until = $4, claimed_at = $3, cancel_requested = false
+                          WHERE seq = $1
+                         RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
+                     prev AS (
+                         UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
+                           FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
+                     ins AS (
+                         INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+                         SELECT seq, epoch, $2, $3, $4, 'running' FROM upd)
+                     SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
+                            upd.attempts, v.payload
+                       FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version",
+                    &[&seq, &p.worker_id, &now, &lease_until],
+                )
+                .await?;
+                for r in &rows {
+                    out.push(claimed_row(r, now, lease_until)?);
+                }
+            }
+            fence::OverlapDecision::Wait => {
+                waiting.insert(schedule);
+            }
+            fence::OverlapDecision::Skip => {
+                execute(&tx, "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = $2 WHERE seq = $1", &[&seq, &now]).await?;
+            }
+        }
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(out)
 }
 
 pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
@@ -658,4 +756,47 @@ pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occu
         .iter()
         .map(|r| occurrence_row(r, now).map(|(_, o)| o))
         .collect()
+}
+
+/// Inserts one schedule version row.
+pub(crate) async fn version_insert<C: GenericClient>(
+    tx: &C,
+    id: ScheduleId,
+    version: u32,
+    s: &ScheduleSpec,
+    now: i64,
+) -> R<()> {
+    let t = s.timing.columns();
+    execute(
+        tx,
+        "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
+             at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
+             backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
+         VALUES ($1, $21, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+        &[
+            &id.0,
+            &t.kind,
+            &t.cron,
+            &t.timezone,
+            &t.dst_gap,
+            &t.dst_fold,
+            &t.at,
+            &t.every_ms,
+            &t.anchor,
+            &s.queue,
+            &s.payload,
+            &s.priority,
+            &dur_ms(s.lease),
+            &i32_of(s.max_attempts),
+            &dur_ms(s.backoff_initial),
+            &dur_ms(s.backoff_max),
+            &s.misfire.to_json(),
+            &s.overlap.as_str(),
+            &dur_ms(s.flex_window),
+            &now,
+            &i32_of(version),
+        ],
+    )
+    .await?;
+    Ok(())
 }

@@ -86,6 +86,7 @@ CREATE TABLE occurrences (
     max_attempts        INTEGER NOT NULL,
     backoff_initial_ms  INTEGER NOT NULL,
     backoff_max_ms      INTEGER NOT NULL,
+    overlap             INTEGER NOT NULL DEFAULT 0,   -- 0 ALLOW, 1 SKIP_IF_RUNNING, 2 QUEUE_ONE
     cancel_requested    INTEGER NOT NULL DEFAULT 0,
     result              TEXT,
     last_error_class    TEXT,
@@ -103,6 +104,24 @@ CREATE INDEX occurrences_running ON occurrences (tenant_id, queue, lease_until)
     WHERE state = 'RUNNING';
 -- Listing by schedule. Schedule-major, so it is the one index that is not append-mostly.
 CREATE INDEX occurrences_schedule ON occurrences (schedule_id, scheduled_for);
+-- "Is another occurrence of this schedule running?", asked only for overlap-constrained
+-- schedules, so the index holds nothing for the default ALLOW.
+CREATE INDEX occurrences_running_schedule ON occurrences (schedule_id)
+    WHERE state = 'RUNNING' AND overlap <> 0;
+
+-- Very long misfire gaps, summarized: one row with a count and a range instead of a MISSED
+-- occurrence per instant. `count_exact` is false when the gap was too long to enumerate.
+CREATE TABLE missed_ranges (
+    tenant_id     INTEGER NOT NULL,
+    schedule_id   BLOB NOT NULL,
+    version       INTEGER NOT NULL,
+    first_at      INTEGER NOT NULL,
+    last_at       INTEGER NOT NULL,
+    count         INTEGER NOT NULL,
+    count_exact   INTEGER NOT NULL,
+    recorded_at   INTEGER NOT NULL,
+    PRIMARY KEY (schedule_id, version, first_at)
+);
 
 -- One row per claim.
 CREATE TABLE attempts (

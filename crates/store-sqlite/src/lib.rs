@@ -13,6 +13,7 @@
 mod migrate;
 mod ops;
 mod pool;
+mod schedules;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -227,5 +228,62 @@ impl Store for SqliteStore {
     async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError> {
         let now = self.now(p.now);
         self.read(move |c| ops::occurrence_list(c, &p, now)).await
+    }
+
+    async fn store_now(&self) -> Result<Timestamp, StoreError> {
+        Ok(self.inner.clock.now())
+    }
+
+    async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError> {
+        self.read(move |c| schedules::schedule_get(c, p.tenant, p.id))
+            .await
+    }
+
+    async fn schedule_update(&self, p: ScheduleUpdate) -> Result<ScheduleChange, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::schedule_update(c, &p, now))
+            .await
+    }
+
+    async fn schedule_transition(
+        &self,
+        p: ScheduleTransition,
+    ) -> Result<ScheduleChange, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::schedule_transition(c, &p, now))
+            .await
+    }
+
+    async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError> {
+        self.read(move |c| schedules::schedule_due(c, &p)).await
+    }
+
+    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
+        let shards = shards.to_vec();
+        self.read(move |c| schedules::schedule_next_due(c, &shards))
+            .await
+    }
+
+    async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::plan_commit(c, &p, now))
+            .await
+    }
+
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::shard_acquire(c, &p, now))
+            .await
+    }
+
+    async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::shard_release(c, &p, now))
+            .await
+    }
+
+    async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
+        self.read(move |c| schedules::missed_range_list(c, &p))
+            .await
     }
 }

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
+use campanile_core::{OccurrenceId, OccurrenceState, Overlap, ScheduleId, occurrence_id};
+use campanile_store::fence::{self, FenceView, reported};
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -30,8 +31,6 @@ fn dur_ms(d: SignedDuration) -> i64 {
 fn stored_state(s: &str) -> R<OccurrenceState> {
     s.parse().map_err(|e| StoreError::Database(format!("{e}")))
 }
-
-use campanile_store::fence::{self, FenceView, reported};
 
 pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
     let id = c
@@ -66,7 +65,7 @@ pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R
     version_insert(c, p.id, 1, &p.spec, now)
 }
 
-fn version_insert(
+pub(crate) fn version_insert(
     c: &Connection,
     id: ScheduleId,
     version: u32,
@@ -99,8 +98,8 @@ fn version_insert(
             spec.max_attempts,
             dur_ms(spec.backoff_initial),
             dur_ms(spec.backoff_max),
-            spec.misfire,
-            spec.overlap,
+            spec.misfire.to_json(),
+            spec.overlap.as_str(),
             dur_ms(spec.flex_window),
             now
         ])
@@ -110,17 +109,27 @@ fn version_insert(
 }
 
 pub(crate) fn occurrence_insert_many(c: &Connection, p: &OccurrenceInsertMany, now: i64) -> R<u64> {
+    insert_occurrences(c, p.tenant, &p.items, now)
+}
+
+/// Inserts occurrences; duplicates of the unique key are ignored. Returns how many were new.
+pub(crate) fn insert_occurrences(
+    c: &Connection,
+    tenant: TenantId,
+    items: &[NewOccurrence],
+    now: i64,
+) -> R<u64> {
     let mut stmt = c
         .prepare_cached(
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
                  queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms,
-                 created_at, finished_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                 created_at, finished_at, overlap)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
              ON CONFLICT DO NOTHING",
         )
         .map_err(db_err)?;
     let mut inserted = 0;
-    for o in &p.items {
+    for o in items {
         let id = occurrence_id(o.schedule_id, o.version, o.scheduled_for);
         let state = match o.state {
             OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
@@ -137,7 +146,7 @@ pub(crate) fn occurrence_insert_many(c: &Connection, p: &OccurrenceInsertMany, n
         inserted += stmt
             .execute(params![
                 id.0,
-                p.tenant.0,
+                tenant.0,
                 o.schedule_id.0,
                 o.version,
                 o.scheduled_for.as_millisecond(),
@@ -149,7 +158,8 @@ pub(crate) fn occurrence_insert_many(c: &Connection, p: &OccurrenceInsertMany, n
                 dur_ms(o.backoff_initial),
                 dur_ms(o.backoff_max),
                 now,
-                finished
+                finished,
+                o.overlap.code()
             ])
             .map_err(db_err)? as u64;
     }
@@ -159,11 +169,25 @@ pub(crate) fn occurrence_insert_many(c: &Connection, p: &OccurrenceInsertMany, n
 /// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts)`.
 type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32);
 
+fn claim_row(r: &Row<'_>) -> rusqlite::Result<ClaimRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
     let lease_until = now.saturating_add(dur_ms(p.lease));
-    // Two index scans — due pending work, expired leases with attempts left — merged by
-    // priority and availability. The single writer makes the read-then-write atomic.
-    let mut stmt = c
+    // Fast path, for schedules without an overlap policy: two index scans — due pending
+    // work, expired leases with attempts left — merged by priority and availability. The
+    // single writer makes the read-then-write atomic.
+    let mut rows: Vec<ClaimRow> = c
         .prepare_cached(
             "UPDATE occurrences
                 SET state = 'RUNNING', owner = ?3, epoch = epoch + 1, attempts = attempts + 1,
@@ -173,36 +197,117 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
                     SELECT seq, priority, available_at FROM (
                         SELECT seq, priority, available_at FROM occurrences
                          WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
-                           AND available_at <= ?4
+                           AND available_at <= ?4 AND overlap = 0
                          ORDER BY priority DESC, available_at LIMIT ?6)
                     UNION ALL
                     SELECT seq, priority, available_at FROM (
                         SELECT seq, priority, available_at FROM occurrences
                          WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING'
-                           AND lease_until <= ?4 AND attempts < max_attempts
+                           AND lease_until <= ?4 AND attempts < max_attempts AND overlap = 0
                          ORDER BY lease_until LIMIT ?6))
                  ORDER BY priority DESC, available_at, seq LIMIT ?6)
              RETURNING seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts",
         )
+        .and_then(|mut stmt| {
+            stmt.query_map(
+                params![p.tenant.0, p.queue, p.worker_id, now, lease_until, p.max],
+                claim_row,
+            )?
+            .collect()
+        })
         .map_err(db_err)?;
-    let rows: Vec<ClaimRow> = stmt
-        .query_map(
-            params![p.tenant.0, p.queue, p.worker_id, now, lease_until, p.max],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                ))
-            },
+    let room = p.max as usize - rows.len().min(p.max as usize);
+    if room > 0 {
+        rows.extend(claim_constrained(c, p, now, lease_until, room)?);
+    }
+    finish_claim(c, &p.worker_id, rows, now, lease_until)
+}
+
+/// Claims of overlap-constrained occurrences, each decided with the state of its schedule's
+/// other occurrences (the single writer makes this atomic).
+fn claim_constrained(
+    c: &Connection,
+    p: &OccurrenceClaim,
+    now: i64,
+    lease_until: i64,
+    room: usize,
+) -> R<Vec<ClaimRow>> {
+    let candidates: Vec<(i64, Uuid, i32, String)> = c
+        .prepare_cached(
+            "SELECT seq, schedule_id, overlap, state FROM occurrences
+              WHERE tenant_id = ?1 AND queue = ?2 AND overlap <> 0
+                AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= ?3)
+                     OR (state = 'RUNNING' AND lease_until <= ?3 AND attempts < max_attempts))
+              ORDER BY priority DESC, available_at, seq LIMIT ?4",
         )
-        .and_then(|it| it.collect())
+        .and_then(|mut s| {
+            s.query_map(params![p.tenant.0, p.queue, now, (room + 64) as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect()
+        })
         .map_err(db_err)?;
+    let mut out = Vec::new();
+    let mut waiting: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
+    for (seq, schedule, overlap, state) in candidates {
+        if out.len() >= room {
+            break;
+        }
+        let decision = if state == "RUNNING" {
+            // The run itself is being retried after its lease expired.
+            fence::OverlapDecision::Claim
+        } else {
+            let running: bool = c
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM occurrences
+                      WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> ?2)",
+                )
+                .and_then(|mut s| s.query_row(params![schedule, seq], |r| r.get(0)))
+                .map_err(db_err)?;
+            fence::overlap_decision(
+                Overlap::from_code(overlap),
+                running,
+                waiting.contains(&schedule),
+            )
+        };
+        match decision {
+            fence::OverlapDecision::Claim => {
+                let row = c
+                    .prepare_cached(
+                        "UPDATE occurrences
+                            SET state = 'RUNNING', owner = ?2, epoch = epoch + 1, attempts = attempts + 1,
+                                lease_until = ?4, claimed_at = ?3, cancel_requested = 0
+                          WHERE seq = ?1
+                         RETURNING seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts",
+                    )
+                    .and_then(|mut s| s.query_row(params![seq, p.worker_id, now, lease_until], claim_row))
+                    .map_err(db_err)?;
+                out.push(row);
+            }
+            fence::OverlapDecision::Wait => {
+                waiting.insert(schedule);
+            }
+            fence::OverlapDecision::Skip => {
+                c.prepare_cached(
+                    "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = ?2 WHERE seq = ?1",
+                )
+                .and_then(|mut s| s.execute(params![seq, now]))
+                .map_err(db_err)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Closes the previous attempt of re-claimed occurrences, opens the new attempts, and joins
+/// the payloads.
+fn finish_claim(
+    c: &Connection,
+    worker: &str,
+    rows: Vec<ClaimRow>,
+    now: i64,
+    lease_until: i64,
+) -> R<Vec<Claimed>> {
     let mut expire_prev = c
         .prepare_cached(
             "UPDATE attempts SET outcome = 'lease_expired', finished_at = ?3
@@ -229,7 +334,7 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
                 .map_err(db_err)?;
         }
         attempt
-            .execute(params![seq, epoch, p.worker_id, now, lease_until])
+            .execute(params![seq, epoch, worker, now, lease_until])
             .map_err(db_err)?;
         let payload = match payloads.get(&(schedule_id, version)) {
             Some(p) => p.clone(),

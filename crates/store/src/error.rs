@@ -83,6 +83,21 @@ pub enum StoreError {
     /// The schema is newer than this binary, or a migration failed.
     #[error("migration: {0}")]
     Migration(String),
+    /// No such record for this tenant.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// An optimistic update carried a version that is no longer current.
+    #[error("version conflict: the schedule is at version {current}")]
+    VersionConflict {
+        /// The current version.
+        current: u32,
+    },
+    /// The operation is not allowed in the record's current state.
+    #[error("{0}")]
+    WrongState(String),
+    /// A fenced batch was refused: the caller's shard lease is no longer current.
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// Any other database error, with context.
     #[error("database error: {0}")]
     Database(String),

@@ -164,3 +164,33 @@ impl FenceView {
         self.available_at = plan.available_at;
     }
 }
+
+/// What a claim does with a due occurrence of an overlap-constrained schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlapDecision {
+    /// Claim it.
+    Claim,
+    /// Leave it pending: it is the one allowed to wait (`QUEUE_ONE`).
+    Wait,
+    /// Record it as `SKIPPED_OVERLAP`.
+    Skip,
+}
+
+/// Decides an overlap-constrained candidate, given whether another occurrence of its
+/// schedule is running and whether an earlier one is already waiting.
+pub fn overlap_decision(
+    policy: campanile_core::Overlap,
+    running: bool,
+    earlier_waiting: bool,
+) -> OverlapDecision {
+    use campanile_core::Overlap;
+    match (policy, running) {
+        (_, false) if !earlier_waiting => OverlapDecision::Claim,
+        (Overlap::SkipIfRunning, true) => OverlapDecision::Skip,
+        (Overlap::QueueOne, true) if !earlier_waiting => OverlapDecision::Wait,
+        (Overlap::QueueOne, _) => OverlapDecision::Skip,
+        // Not running but an earlier one waits: it goes first; this one waits its turn.
+        (_, false) => OverlapDecision::Wait,
+        _ => OverlapDecision::Claim,
+    }
+}

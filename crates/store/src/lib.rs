@@ -22,6 +22,7 @@ pub use params::*;
 pub use records::*;
 
 use async_trait::async_trait;
+use jiff::Timestamp;
 
 /// The durable store of tenants, schedules, occurrences and attempts.
 ///
@@ -75,4 +76,44 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Occurrences by schedule, state and planned-time range, in `(scheduled_for, id)` order.
     async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError>;
+
+    /// The store's clock: the database's on PostgreSQL, the process's on SQLite.
+    async fn store_now(&self) -> Result<Timestamp, StoreError>;
+
+    /// A schedule with its current version, if it belongs to the tenant.
+    async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError>;
+
+    /// Replaces the definition (optimistically, against `expected_version`), bumping the
+    /// version. Unclaimed occurrences of older versions become `CANCELED`; claimed ones are
+    /// left as they are, flagged for cancel, and reported.
+    async fn schedule_update(&self, p: ScheduleUpdate) -> Result<ScheduleChange, StoreError>;
+
+    /// Pause (version bump, unclaimed occurrences canceled and replanned on resume), resume,
+    /// or cancel (version bump, unclaimed occurrences canceled, never planned again).
+    async fn schedule_transition(
+        &self,
+        p: ScheduleTransition,
+    ) -> Result<ScheduleChange, StoreError>;
+
+    /// Active schedules of a shard with `next_run_at <= before`, earliest first.
+    async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError>;
+
+    /// The earliest `next_run_at` among the active schedules of these shards.
+    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Commits a planning batch in one transaction, fenced by the shard lease: for each item,
+    /// advances `next_run_at` only if the schedule is still at `version` and
+    /// `expected_next_run_at` (so racing planners never move it backwards), and inserts its
+    /// occurrences (duplicates ignored by the unique key).
+    async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError>;
+
+    /// Renews the node's shard leases and takes free or expired shards up to a fair share;
+    /// returns the leases the node now holds.
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError>;
+
+    /// Gives up every shard the node holds (graceful shutdown).
+    async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError>;
+
+    /// Summaries of long misfire gaps of a schedule.
+    async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError>;
 }

@@ -1,9 +1,9 @@
 //! One params struct per store method.
 
-use campanile_core::{ErrorClass, OccurrenceId, OccurrenceState, ScheduleId};
+use campanile_core::{ErrorClass, OccurrenceId, OccurrenceState, Overlap, ScheduleId};
 use jiff::{SignedDuration, Timestamp};
 
-use crate::{ScheduleSpec, TenantId};
+use crate::{MissedRange, ScheduleSpec, ScheduleState, TenantId};
 
 /// Params of [`crate::Store::tenant_create`].
 #[derive(Debug, Clone)]
@@ -55,6 +55,8 @@ pub struct NewOccurrence {
     /// `Ready` for a run; `Missed`, `SkippedOverlap` or `Canceled` to record one that will
     /// not run.
     pub state: OccurrenceState,
+    /// The schedule's overlap policy, enforced at claim time.
+    pub overlap: Overlap,
 }
 
 /// Params of [`crate::Store::occurrence_insert_many`].
@@ -223,4 +225,119 @@ pub struct OccurrenceList {
     pub limit: u32,
     /// For reported states; `None`: the store's clock.
     pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_get`].
+#[derive(Debug, Clone)]
+pub struct ScheduleGet {
+    /// Owner: other tenants' schedules are not found.
+    pub tenant: TenantId,
+    /// Which schedule.
+    pub id: ScheduleId,
+}
+
+/// Params of [`crate::Store::schedule_update`].
+#[derive(Debug, Clone)]
+pub struct ScheduleUpdate {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Which schedule.
+    pub id: ScheduleId,
+    /// The version the caller read; a different current version is a conflict.
+    pub expected_version: u32,
+    /// The new version's definition.
+    pub spec: ScheduleSpec,
+    /// The new version's first instant to plan.
+    pub next_run_at: Option<Timestamp>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_transition`].
+#[derive(Debug, Clone)]
+pub struct ScheduleTransition {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Which schedule.
+    pub id: ScheduleId,
+    /// Pause, resume (to `Active`) or cancel.
+    pub to: ScheduleState,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_due`].
+#[derive(Debug, Clone)]
+pub struct ScheduleDueList {
+    /// The shard to scan.
+    pub shard: i32,
+    /// Schedules whose `next_run_at <= before` (now + horizon).
+    pub before: Timestamp,
+    /// At most this many, earliest first.
+    pub limit: u32,
+}
+
+/// One schedule's planning result, committed with the others of its batch.
+#[derive(Debug, Clone)]
+pub struct PlanItem {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Which schedule.
+    pub schedule_id: ScheduleId,
+    /// The version planned; if the schedule changed version, the item is stale.
+    pub version: u32,
+    /// The `next_run_at` the planner started from; if it moved, the item is stale.
+    pub expected_next_run_at: Timestamp,
+    /// Where planning continues next time (`None`: nothing left).
+    pub next_run_at: Option<Timestamp>,
+    /// Occurrences to insert (runs and records of what will not run).
+    pub occurrences: Vec<NewOccurrence>,
+    /// A summary of a very long misfire gap.
+    pub missed: Option<MissedRange>,
+}
+
+/// Params of [`crate::Store::plan_commit`].
+#[derive(Debug, Clone)]
+pub struct PlanCommit {
+    /// The planning node.
+    pub node: String,
+    /// The shard planned.
+    pub shard: i32,
+    /// The epoch of the node's lease on the shard; a different current epoch fences the batch.
+    pub shard_epoch: i64,
+    /// The items, in one transaction.
+    pub items: Vec<PlanItem>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::shard_acquire`].
+#[derive(Debug, Clone)]
+pub struct ShardAcquire {
+    /// The node.
+    pub node: String,
+    /// Number of shards in the deployment.
+    pub total: u32,
+    /// Lease length.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::shard_release`].
+#[derive(Debug, Clone)]
+pub struct ShardRelease {
+    /// The node giving up all its shards.
+    pub node: String,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::missed_range_list`].
+#[derive(Debug, Clone)]
+pub struct MissedRangeList {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Which schedule.
+    pub schedule_id: ScheduleId,
 }

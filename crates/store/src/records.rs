@@ -1,7 +1,7 @@
 //! What the store returns.
 
 use campanile_calendar::{DstFold, DstGap};
-use campanile_core::{ErrorClass, OccurrenceId, OccurrenceState, ScheduleId};
+use campanile_core::{ErrorClass, Misfire, OccurrenceId, OccurrenceState, Overlap, ScheduleId};
 use jiff::{SignedDuration, Timestamp};
 
 use crate::Conflict;
@@ -66,10 +66,10 @@ pub struct ScheduleSpec {
     pub backoff_initial: SignedDuration,
     /// Largest retry delay ceiling.
     pub backoff_max: SignedDuration,
-    /// Misfire policy name and parameters, as JSON text (interpreted by the planner).
-    pub misfire: String,
-    /// Overlap policy name (interpreted by the planner).
-    pub overlap: String,
+    /// What to do with instants that are already late when planned.
+    pub misfire: Misfire,
+    /// What to do when an occurrence comes due while another of the schedule runs.
+    pub overlap: Overlap,
     /// Flexible window; zero for strict schedules.
     pub flex_window: SignedDuration,
 }
@@ -313,5 +313,178 @@ impl Timing {
                 ..none
             },
         }
+    }
+}
+
+/// A schedule's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum ScheduleState {
+    /// Planned by the planner.
+    Active,
+    /// Not planned; instants passed while paused are misfires on resume.
+    Paused,
+    /// Never planned again.
+    Canceled,
+}
+
+impl ScheduleState {
+    /// Stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleState::Active => "ACTIVE",
+            ScheduleState::Paused => "PAUSED",
+            ScheduleState::Canceled => "CANCELED",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<ScheduleState> {
+        Some(match s {
+            "ACTIVE" => ScheduleState::Active,
+            "PAUSED" => ScheduleState::Paused,
+            "CANCELED" => ScheduleState::Canceled,
+            _ => return None,
+        })
+    }
+}
+
+/// A schedule with its current version's definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleRecord {
+    /// Id.
+    pub id: ScheduleId,
+    /// Owner.
+    pub tenant: TenantId,
+    /// Current version.
+    pub version: u32,
+    /// Lifecycle state.
+    pub state: ScheduleState,
+    /// Planning shard.
+    pub shard: i32,
+    /// The next instant the planner will plan (`None`: nothing left).
+    pub next_run_at: Option<Timestamp>,
+    /// The current version's definition.
+    pub spec: ScheduleSpec,
+    /// Creation instant.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+}
+
+/// What a version change did to the schedule's occurrences.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleChange {
+    /// The schedule after the change.
+    pub schedule: ScheduleRecord,
+    /// Unclaimed occurrences of older versions that became `CANCELED`.
+    pub canceled: u64,
+    /// Claimed occurrences of older versions, left as they are (running ones now see the
+    /// cancel flag on renew), with their actual state.
+    pub in_flight: Vec<(OccurrenceId, OccurrenceState)>,
+}
+
+/// A due schedule, as the planner needs it (payload omitted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueSchedule {
+    /// Id.
+    pub id: ScheduleId,
+    /// Owner.
+    pub tenant: TenantId,
+    /// Current version.
+    pub version: u32,
+    /// The next instant to plan.
+    pub next_run_at: Timestamp,
+    /// The current version's definition (without payload).
+    pub spec: ScheduleSpec,
+}
+
+/// Misfired instants summarized in one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissedRange {
+    /// Schedule.
+    pub schedule_id: ScheduleId,
+    /// Version.
+    pub version: u32,
+    /// First missed instant.
+    pub first_at: Timestamp,
+    /// Last missed instant.
+    pub last_at: Timestamp,
+    /// How many instants were missed (a lower bound when `count_exact` is false).
+    pub count: u64,
+    /// Whether `count` is exact.
+    pub count_exact: bool,
+}
+
+/// A planner shard lease held by a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLease {
+    /// The shard.
+    pub shard: i32,
+    /// Fencing token of this holding.
+    pub epoch: i64,
+    /// Valid while `now < lease_until`.
+    pub lease_until: Timestamp,
+}
+
+/// What a [`crate::Store::plan_commit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlanReport {
+    /// Items whose schedule advanced.
+    pub applied: u64,
+    /// Items refused because another planner (or an update) moved the schedule first.
+    pub stale: u64,
+    /// Occurrences inserted (runs and MISSED/SKIPPED records).
+    pub inserted: u64,
+}
+
+impl Timing {
+    /// Rebuilds a timing from its stored columns.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::StoreError::Database`] if the columns are inconsistent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_columns(
+        kind: &str,
+        cron: Option<String>,
+        timezone: Option<String>,
+        dst_gap: Option<String>,
+        dst_fold: Option<String>,
+        at: Option<i64>,
+        every_ms: Option<i64>,
+        anchor: Option<i64>,
+    ) -> Result<Timing, crate::StoreError> {
+        let bad = |what: &str| crate::StoreError::Database(format!("schedule version row: {what}"));
+        let ts = |ms: Option<i64>| {
+            ms.ok_or_else(|| bad("missing instant")).and_then(|ms| {
+                Timestamp::from_millisecond(ms).map_err(|_| bad("instant out of range"))
+            })
+        };
+        Ok(match kind {
+            "cron" => Timing::Cron {
+                expr: cron.ok_or_else(|| bad("missing cron"))?,
+                timezone: timezone.ok_or_else(|| bad("missing timezone"))?,
+                dst_gap: dst_gap
+                    .as_deref()
+                    .unwrap_or("skip")
+                    .parse()
+                    .map_err(|e: String| bad(&e))?,
+                dst_fold: dst_fold
+                    .as_deref()
+                    .unwrap_or("once")
+                    .parse()
+                    .map_err(|e: String| bad(&e))?,
+            },
+            "at" => Timing::At(ts(at)?),
+            "every" => Timing::Every {
+                period: SignedDuration::from_millis(
+                    every_ms.ok_or_else(|| bad("missing interval"))?,
+                ),
+                anchor: ts(anchor)?,
+            },
+            other => return Err(bad(&format!("unknown kind '{other}'"))),
+        })
     }
 }

@@ -144,8 +144,8 @@ async fn measure(
                 max_attempts: 3,
                 backoff_initial: SignedDuration::from_secs(1),
                 backoff_max: SignedDuration::from_secs(60),
-                misfire: "{\"policy\":\"skip\"}".into(),
-                overlap: "allow".into(),
+                misfire: campanile_core::Misfire::default(),
+                overlap: campanile_core::Overlap::Allow,
                 flex_window: SignedDuration::ZERO,
             },
             shard: 0,
@@ -173,6 +173,7 @@ async fn measure(
                     backoff_initial: SignedDuration::from_secs(1),
                     backoff_max: SignedDuration::from_secs(60),
                     state: OccurrenceState::Ready,
+                    overlap: campanile_core::Overlap::Allow,
                 }
             })
             .collect();

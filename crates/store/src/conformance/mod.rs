@@ -79,8 +79,8 @@ pub(crate) fn spec(queue: &str) -> ScheduleSpec {
         max_attempts: 3,
         backoff_initial: SignedDuration::from_secs(1),
         backoff_max: SignedDuration::from_secs(60),
-        misfire: "{\"policy\":\"skip\"}".into(),
-        overlap: "allow".into(),
+        misfire: campanile_core::Misfire::default(),
+        overlap: campanile_core::Overlap::Allow,
         flex_window: SignedDuration::ZERO,
     }
 }
@@ -132,6 +132,7 @@ pub(crate) fn new_occ(
         backoff_initial: SignedDuration::from_secs(1),
         backoff_max: SignedDuration::from_secs(60),
         state: OccurrenceState::Ready,
+        overlap: campanile_core::Overlap::Allow,
     }
 }
 

@@ -1,0 +1,454 @@
+//! Schedules, planning batches and shard leases on PostgreSQL.
+
+use campanile_core::{Misfire, OccurrenceId, OccurrenceState, ScheduleId};
+use campanile_store::fence::reported;
+use campanile_store::*;
+use deadpool_postgres::{Client, GenericClient};
+use jiff::{SignedDuration, Timestamp};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::ops::{R, execute, i32_of, insert_occurrences, query, ts, u32_of, version_insert};
+use crate::{pg_err, resolve_now};
+
+const SPEC_COLS: &str = "v.kind, v.cron, v.timezone, v.dst_gap, v.dst_fold, v.at, v.every_ms, v.anchor,
+    v.queue, v.payload, v.priority, v.lease_ms, v.max_attempts, v.backoff_initial_ms, v.backoff_max_ms,
+    v.misfire, v.overlap, v.flex_window_ms";
+
+fn spec_row(r: &Row, at: usize) -> R<ScheduleSpec> {
+    let misfire: String = r.get(at + 15);
+    let overlap: String = r.get(at + 16);
+    Ok(ScheduleSpec {
+        timing: Timing::from_columns(
+            r.get::<_, &str>(at),
+            r.get(at + 1),
+            r.get(at + 2),
+            r.get(at + 3),
+            r.get(at + 4),
+            r.get(at + 5),
+            r.get(at + 6),
+            r.get(at + 7),
+        )?,
+        queue: r.get(at + 8),
+        payload: r.get(at + 9),
+        priority: r.get(at + 10),
+        lease: SignedDuration::from_millis(r.get(at + 11)),
+        max_attempts: u32_of(r.get(at + 12)),
+        backoff_initial: SignedDuration::from_millis(r.get(at + 13)),
+        backoff_max: SignedDuration::from_millis(r.get(at + 14)),
+        misfire: Misfire::from_json(&misfire).map_err(StoreError::Database)?,
+        overlap: overlap
+            .parse()
+            .map_err(|e| StoreError::Database(format!("{e}")))?,
+        flex_window: SignedDuration::from_millis(r.get(at + 17)),
+    })
+}
+
+fn state_of(s: &str) -> R<ScheduleState> {
+    ScheduleState::parse(s)
+        .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{s}'")))
+}
+
+pub(crate) async fn schedule_get<C: GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<Option<ScheduleRecord>> {
+    let rows = query(
+        c,
+        &format!(
+            "SELECT s.id, s.tenant_id, s.version, s.state, s.shard, s.next_run_at, s.created_at, s.updated_at, {SPEC_COLS}
+               FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
+              WHERE s.id = $1 AND s.tenant_id = $2"
+        ),
+        &[&id.0, &tenant.0],
+    )
+    .await?;
+    let Some(r) = rows.first() else {
+        return Ok(None);
+    };
+    Ok(Some(ScheduleRecord {
+        id: ScheduleId(r.get(0)),
+        tenant: TenantId(r.get(1)),
+        version: u32_of(r.get(2)),
+        state: state_of(r.get(3))?,
+        shard: r.get(4),
+        next_run_at: r.get::<_, Option<i64>>(5).map(ts).transpose()?,
+        created_at: ts(r.get(6))?,
+        updated_at: ts(r.get(7))?,
+        spec: spec_row(r, 8)?,
+    }))
+}
+
+type Retired = (u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>);
+
+async fn retire_old_versions<C: GenericClient>(
+    c: &C,
+    id: ScheduleId,
+    version: u32,
+    now: i64,
+) -> R<Retired> {
+    let v = i32_of(version);
+    let rows = query(
+        c,
+        "WITH gone AS (
+             UPDATE occurrences SET state = 'CANCELED', finished_at = $3
+              WHERE schedule_id = $1 AND version < $2 AND state = 'READY' AND attempts = 0
+             RETURNING scheduled_for)
+         SELECT count(*), min(scheduled_for) FROM gone",
+        &[&id.0, &v, &now],
+    )
+    .await?;
+    let (canceled, earliest): (i64, Option<i64>) =
+        rows.first().map_or((0, None), |r| (r.get(0), r.get(1)));
+    execute(
+        c,
+        "UPDATE occurrences SET cancel_requested = true WHERE schedule_id = $1 AND version < $2 AND state = 'RUNNING'",
+        &[&id.0, &v],
+    )
+    .await?;
+    let in_flight = query(
+        c,
+        "SELECT id, state, available_at FROM occurrences
+          WHERE schedule_id = $1 AND version < $2 AND state IN ('RUNNING', 'RETRY_WAIT', 'READY')",
+        &[&id.0, &v],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        let st: OccurrenceState = r
+            .get::<_, &str>(1)
+            .parse()
+            .map_err(|e| StoreError::Database(format!("{e}")))?;
+        Ok((OccurrenceId(r.get(0)), reported(st, r.get(2), now)))
+    })
+    .collect::<R<Vec<_>>>()?;
+    Ok((canceled as u64, earliest, in_flight))
+}
+
+async fn current<C: GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<(u32, ScheduleState, Option<i64>)> {
+    let rows = query(
+        c,
+        "SELECT version, state, next_run_at FROM schedules WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        &[&id.0, &tenant.0],
+    )
+    .await?;
+    let r = rows
+        .first()
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
+    Ok((u32_of(r.get(0)), state_of(r.get(1))?, r.get(2)))
+}
+
+pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<ScheduleChange> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    let (version, state, _) = current(&tx, p.tenant, p.id).await?;
+    if version != p.expected_version {
+        return Err(StoreError::VersionConflict { current: version });
+    }
+    if state == ScheduleState::Canceled {
+        return Err(StoreError::WrongState(format!(
+            "schedule {} is canceled",
+            p.id
+        )));
+    }
+    let new = version + 1;
+    version_insert(&tx, p.id, new, &p.spec, now).await?;
+    execute(
+        &tx,
+        "UPDATE schedules SET version = $2, next_run_at = $3, updated_at = $4 WHERE id = $1",
+        &[
+            &p.id.0,
+            &i32_of(new),
+            &p.next_run_at.map(|t| t.as_millisecond()),
+            &now,
+        ],
+    )
+    .await?;
+    let (canceled, _, in_flight) = retire_old_versions(&tx, p.id, new, now).await?;
+    let schedule = schedule_get(&tx, p.tenant, p.id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
+    tx.commit().await.map_err(pg_err)?;
+    Ok(ScheduleChange {
+        schedule,
+        canceled,
+        in_flight,
+    })
+}
+
+pub(crate) async fn schedule_transition(
+    c: &mut Client,
+    p: ScheduleTransition,
+) -> R<ScheduleChange> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    let (version, state, next) = current(&tx, p.tenant, p.id).await?;
+    let (canceled, in_flight) = match (state, p.to) {
+        (ScheduleState::Canceled, _) => {
+            return Err(StoreError::WrongState(format!(
+                "schedule {} is canceled",
+                p.id
+            )));
+        }
+        (ScheduleState::Active, ScheduleState::Paused) | (_, ScheduleState::Canceled) => {
+            let new = version + 1;
+            execute(
+                &tx,
+                "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
+                     at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
+                     backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
+                 SELECT schedule_id, $2, kind, cron, timezone, dst_gap, dst_fold, at, every_ms, anchor, queue,
+                        payload, priority, lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire,
+                        overlap, flex_window_ms, $3
+                   FROM schedule_versions WHERE schedule_id = $1 AND version = $4",
+                &[&p.id.0, &i32_of(new), &now, &i32_of(version)],
+            )
+            .await?;
+            let (canceled, earliest, in_flight) = retire_old_versions(&tx, p.id, new, now).await?;
+            let next = if p.to == ScheduleState::Canceled {
+                None
+            } else {
+                match (earliest, next) {
+                    (Some(e), Some(n)) => Some(e.min(n)),
+                    (e, n) => e.or(n),
+                }
+            };
+            execute(
+                &tx,
+                "UPDATE schedules SET version = $2, state = $3, next_run_at = $4, updated_at = $5 WHERE id = $1",
+                &[&p.id.0, &i32_of(new), &p.to.as_str(), &next, &now],
+            )
+            .await?;
+            (canceled, in_flight)
+        }
+        (ScheduleState::Paused, ScheduleState::Active) => {
+            execute(
+                &tx,
+                "UPDATE schedules SET state = 'ACTIVE', updated_at = $2 WHERE id = $1",
+                &[&p.id.0, &now],
+            )
+            .await?;
+            (0, Vec::new())
+        }
+        _ => (0, Vec::new()),
+    };
+    let schedule = schedule_get(&tx, p.tenant, p.id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
+    tx.commit().await.map_err(pg_err)?;
+    Ok(ScheduleChange {
+        schedule,
+        canceled,
+        in_flight,
+    })
+}
+
+pub(crate) async fn schedule_due(c: &Client, p: ScheduleDueList) -> R<Vec<DueSchedule>> {
+    query(
+        c,
+        &format!(
+            "SELECT s.id, s.tenant_id, s.version, s.next_run_at, {SPEC_COLS}
+               FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
+              WHERE s.shard = $1 AND s.state = 'ACTIVE' AND s.next_run_at IS NOT NULL AND s.next_run_at <= $2
+              ORDER BY s.next_run_at LIMIT $3"
+        ),
+        &[&p.shard, &p.before.as_millisecond(), &i64::from(p.limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        let mut spec = spec_row(r, 4)?;
+        spec.payload = None;
+        Ok(DueSchedule { id: ScheduleId(r.get(0)), tenant: TenantId(r.get(1)), version: u32_of(r.get(2)), next_run_at: ts(r.get(3))?, spec })
+    })
+    .collect()
+}
+
+pub(crate) async fn schedule_next_due(c: &Client, shards: &[i32]) -> R<Option<Timestamp>> {
+    let shards = shards.to_vec();
+    let rows = query(
+        c,
+        "SELECT min(m) FROM unnest($1::int4[]) AS sh(shard),
+                LATERAL (SELECT min(next_run_at) AS m FROM schedules
+                          WHERE shard = sh.shard AND state = 'ACTIVE' AND next_run_at IS NOT NULL) x",
+        &[&shards],
+    )
+    .await?;
+    rows.first()
+        .and_then(|r| r.get::<_, Option<i64>>(0))
+        .map(ts)
+        .transpose()
+}
+
+pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    // Fence the whole batch on the shard lease; FOR SHARE keeps a takeover from committing
+    // in between.
+    let lease = query(
+        &tx,
+        "SELECT owner, epoch, lease_until FROM shard_leases WHERE shard = $1 FOR SHARE",
+        &[&p.shard],
+    )
+    .await?;
+    let ok = lease.first().is_some_and(|r| {
+        r.get::<_, Option<String>>(0).as_deref() == Some(p.node.as_str())
+            && r.get::<_, i64>(1) == p.shard_epoch
+            && r.get::<_, Option<i64>>(2).is_some_and(|u| u > now)
+    });
+    if !ok {
+        return Err(StoreError::Fenced(format!(
+            "node {} no longer holds shard {} at epoch {}",
+            p.node, p.shard, p.shard_epoch
+        )));
+    }
+    let mut report = PlanReport::default();
+    for item in &p.items {
+        let moved = execute(
+            &tx,
+            "UPDATE schedules SET next_run_at = $4, updated_at = $5
+              WHERE id = $1 AND version = $2 AND next_run_at = $3 AND state = 'ACTIVE' AND tenant_id = $6",
+            &[
+                &item.schedule_id.0,
+                &i32_of(item.version),
+                &item.expected_next_run_at.as_millisecond(),
+                &item.next_run_at.map(|t| t.as_millisecond()),
+                &now,
+                &item.tenant.0,
+            ],
+        )
+        .await?;
+        if moved == 0 {
+            report.stale += 1;
+            continue;
+        }
+        report.applied += 1;
+        report.inserted += insert_occurrences(&tx, item.tenant, &item.occurrences, now).await?;
+        if let Some(m) = &item.missed {
+            execute(
+                &tx,
+                "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+                &[
+                    &item.tenant.0,
+                    &m.schedule_id.0,
+                    &i32_of(m.version),
+                    &m.first_at.as_millisecond(),
+                    &m.last_at.as_millisecond(),
+                    &(m.count as i64),
+                    &m.count_exact,
+                    &now,
+                ],
+            )
+            .await?;
+        }
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(report)
+}
+
+const SHARD_LOCK: i64 = 0x0063_616d_7368_6172; // "camshar"
+
+pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<Vec<ShardLease>> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&SHARD_LOCK]).await?;
+    let total = i64::from(p.total.max(1));
+    let until = now.saturating_add(p.lease.as_millis() as i64);
+    execute(
+        &tx,
+        "INSERT INTO shard_leases (shard, epoch) SELECT g, 0 FROM generate_series(0, $1::int4 - 1) g ON CONFLICT DO NOTHING",
+        &[&(total as i32)],
+    )
+    .await?;
+    let others: i64 = query(
+        &tx,
+        "SELECT count(DISTINCT owner) FROM shard_leases WHERE shard < $1 AND owner IS NOT NULL AND owner <> $2 AND lease_until > $3",
+        &[&(total as i32), &p.node, &now],
+    )
+    .await?
+    .first()
+    .map_or(0, |r| r.get(0));
+    let target = (total + others) / (others + 1);
+    execute(
+        &tx,
+        "UPDATE shard_leases SET lease_until = $3 WHERE shard < $1 AND owner = $2 AND lease_until > $4",
+        &[&(total as i32), &p.node, &until, &now],
+    )
+    .await?;
+    let held: i64 = query(
+        &tx,
+        "SELECT count(*) FROM shard_leases WHERE shard < $1 AND owner = $2 AND lease_until > $3",
+        &[&(total as i32), &p.node, &now],
+    )
+    .await?
+    .first()
+    .map_or(0, |r| r.get(0));
+    if held < target {
+        execute(
+            &tx,
+            "UPDATE shard_leases SET owner = $2, epoch = epoch + 1, lease_until = $3
+              WHERE shard IN (SELECT shard FROM shard_leases
+                               WHERE shard < $1 AND (owner IS NULL OR lease_until IS NULL OR lease_until <= $4)
+                               ORDER BY shard LIMIT $5)",
+            &[&(total as i32), &p.node, &until, &now, &(target - held)],
+        )
+        .await?;
+    } else if held > target {
+        execute(
+            &tx,
+            "UPDATE shard_leases SET owner = NULL, lease_until = $3
+              WHERE shard IN (SELECT shard FROM shard_leases WHERE shard < $1 AND owner = $2 ORDER BY shard DESC LIMIT $4)",
+            &[&(total as i32), &p.node, &now, &(held - target)],
+        )
+        .await?;
+    }
+    let leases = query(
+        &tx,
+        "SELECT shard, epoch, lease_until FROM shard_leases WHERE shard < $1 AND owner = $2 AND lease_until > $3 ORDER BY shard",
+        &[&(total as i32), &p.node, &now],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok(ShardLease { shard: r.get(0), epoch: r.get(1), lease_until: ts(r.get(2))? }))
+    .collect::<R<Vec<_>>>()?;
+    tx.commit().await.map_err(pg_err)?;
+    Ok(leases)
+}
+
+pub(crate) async fn shard_release(c: &Client, p: ShardRelease) -> R<u64> {
+    let now = resolve_now(c, p.now).await?;
+    execute(
+        c,
+        "UPDATE shard_leases SET owner = NULL, lease_until = $2 WHERE owner = $1",
+        &[&p.node, &now],
+    )
+    .await
+}
+
+pub(crate) async fn missed_range_list(c: &Client, p: MissedRangeList) -> R<Vec<MissedRange>> {
+    query(
+        c,
+        "SELECT schedule_id, version, first_at, last_at, count, count_exact FROM missed_ranges
+          WHERE tenant_id = $1 AND schedule_id = $2 ORDER BY first_at",
+        &[&p.tenant.0, &p.schedule_id.0],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(MissedRange {
+            schedule_id: ScheduleId(r.get::<_, Uuid>(0)),
+            version: u32_of(r.get(1)),
+            first_at: ts(r.get(2))?,
+            last_at: ts(r.get(3))?,
+            count: r.get::<_, i64>(4) as u64,
+            count_exact: r.get(5),
+        })
+    })
+    .collect()
+}

@@ -1,0 +1,486 @@
+//! Schedules, planning batches and shard leases on SQLite.
+
+use campanile_core::{Misfire, OccurrenceId, OccurrenceState, ScheduleId};
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use uuid::Uuid;
+
+use crate::db_err;
+use crate::ops::{insert_occurrences, version_insert};
+
+type R<T> = Result<T, StoreError>;
+
+fn ts(ms: i64) -> R<Timestamp> {
+    Timestamp::from_millisecond(ms)
+        .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
+}
+
+const SPEC_COLS: &str = "v.kind, v.cron, v.timezone, v.dst_gap, v.dst_fold, v.at, v.every_ms, v.anchor,
+    v.queue, v.payload, v.priority, v.lease_ms, v.max_attempts, v.backoff_initial_ms, v.backoff_max_ms,
+    v.misfire, v.overlap, v.flex_window_ms";
+
+/// Reads the spec columns starting at `at`.
+fn spec_row(r: &Row<'_>, at: usize) -> rusqlite::Result<R<ScheduleSpec>> {
+    let kind: String = r.get(at)?;
+    let timing = (
+        r.get::<_, Option<String>>(at + 1)?,
+        r.get::<_, Option<String>>(at + 2)?,
+        r.get::<_, Option<String>>(at + 3)?,
+        r.get::<_, Option<String>>(at + 4)?,
+        r.get::<_, Option<i64>>(at + 5)?,
+        r.get::<_, Option<i64>>(at + 6)?,
+        r.get::<_, Option<i64>>(at + 7)?,
+    );
+    let queue: String = r.get(at + 8)?;
+    let payload: Option<String> = r.get(at + 9)?;
+    let nums = (
+        r.get::<_, i32>(at + 10)?,
+        r.get::<_, i64>(at + 11)?,
+        r.get::<_, u32>(at + 12)?,
+        r.get::<_, i64>(at + 13)?,
+        r.get::<_, i64>(at + 14)?,
+    );
+    let misfire: String = r.get(at + 15)?;
+    let overlap: String = r.get(at + 16)?;
+    let flex: i64 = r.get(at + 17)?;
+    Ok((|| {
+        let (cron, tz, gap, fold, at_ms, every, anchor) = timing;
+        let (priority, lease_ms, max_attempts, bi, bm) = nums;
+        Ok(ScheduleSpec {
+            timing: Timing::from_columns(&kind, cron, tz, gap, fold, at_ms, every, anchor)?,
+            queue,
+            payload,
+            priority,
+            lease: SignedDuration::from_millis(lease_ms),
+            max_attempts,
+            backoff_initial: SignedDuration::from_millis(bi),
+            backoff_max: SignedDuration::from_millis(bm),
+            misfire: Misfire::from_json(&misfire).map_err(StoreError::Database)?,
+            overlap: overlap
+                .parse()
+                .map_err(|e| StoreError::Database(format!("{e}")))?,
+            flex_window: SignedDuration::from_millis(flex),
+        })
+    })())
+}
+
+pub(crate) fn schedule_get(
+    c: &Connection,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<Option<ScheduleRecord>> {
+    let row = c
+        .prepare_cached(&format!(
+            "SELECT s.id, s.tenant_id, s.version, s.state, s.shard, s.next_run_at, s.created_at, s.updated_at, {SPEC_COLS}
+               FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
+              WHERE s.id = ?1 AND s.tenant_id = ?2"
+        ))
+        .and_then(|mut s| {
+            s.query_row(params![id.0, tenant.0], |r| {
+                let head = (
+                    r.get::<_, Uuid>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, u32>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i32>(4)?,
+                    r.get::<_, Option<i64>>(5)?,
+                    r.get::<_, i64>(6)?,
+                    r.get::<_, i64>(7)?,
+                );
+                Ok((head, spec_row(r, 8)?))
+            })
+            .optional()
+        })
+        .map_err(db_err)?;
+    let Some(((id, tenant, version, state, shard, next, created, updated), spec)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(ScheduleRecord {
+        id: ScheduleId(id),
+        tenant: TenantId(tenant),
+        version,
+        state: ScheduleState::parse(&state)
+            .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{state}'")))?,
+        shard,
+        next_run_at: next.map(ts).transpose()?,
+        spec: spec?,
+        created_at: ts(created)?,
+        updated_at: ts(updated)?,
+    }))
+}
+
+/// Cancels unclaimed occurrences of versions below `version`, flags running ones, and
+/// reports the claimed ones. Returns (canceled, earliest canceled instant, in flight).
+fn retire_old_versions(
+    c: &Connection,
+    id: ScheduleId,
+    version: u32,
+    now: i64,
+) -> R<(u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>)> {
+    let earliest: Option<i64> = c
+        .prepare_cached(
+            "SELECT MIN(scheduled_for) FROM occurrences
+              WHERE schedule_id = ?1 AND version < ?2 AND state = 'READY' AND attempts = 0",
+        )
+        .and_then(|mut s| s.query_row(params![id.0, version], |r| r.get(0)))
+        .map_err(db_err)?;
+    let canceled = c
+        .prepare_cached(
+            "UPDATE occurrences SET state = 'CANCELED', finished_at = ?3
+              WHERE schedule_id = ?1 AND version < ?2 AND state = 'READY' AND attempts = 0",
+        )
+        .and_then(|mut s| s.execute(params![id.0, version, now]))
+        .map_err(db_err)? as u64;
+    c.prepare_cached(
+        "UPDATE occurrences SET cancel_requested = 1
+          WHERE schedule_id = ?1 AND version < ?2 AND state = 'RUNNING'",
+    )
+    .and_then(|mut s| s.execute(params![id.0, version]))
+    .map_err(db_err)?;
+    let in_flight = c
+        .prepare_cached(
+            "SELECT id, state, available_at FROM occurrences
+              WHERE schedule_id = ?1 AND version < ?2 AND state IN ('RUNNING', 'RETRY_WAIT', 'READY')",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![id.0, version], |r| Ok((r.get::<_, Uuid>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?
+        .into_iter()
+        .map(|(oid, st, avail)| {
+            let st: OccurrenceState = st.parse().map_err(|e| StoreError::Database(format!("{e}")))?;
+            Ok((OccurrenceId(oid), fence_reported(st, avail, now)))
+        })
+        .collect::<R<Vec<_>>>()?;
+    Ok((canceled, earliest, in_flight))
+}
+
+fn fence_reported(st: OccurrenceState, avail: i64, now: i64) -> OccurrenceState {
+    campanile_store::fence::reported(st, avail, now)
+}
+
+fn current(
+    c: &Connection,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<(u32, ScheduleState, Option<i64>)> {
+    let row: Option<(u32, String, Option<i64>)> = c
+        .prepare_cached(
+            "SELECT version, state, next_run_at FROM schedules WHERE id = ?1 AND tenant_id = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![id.0, tenant.0], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+        })
+        .map_err(db_err)?;
+    let (v, st, next) = row.ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
+    let st = ScheduleState::parse(&st)
+        .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{st}'")))?;
+    Ok((v, st, next))
+}
+
+pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R<ScheduleChange> {
+    let (version, state, _) = current(c, p.tenant, p.id)?;
+    if version != p.expected_version {
+        return Err(StoreError::VersionConflict { current: version });
+    }
+    if state == ScheduleState::Canceled {
+        return Err(StoreError::WrongState(format!(
+            "schedule {} is canceled",
+            p.id
+        )));
+    }
+    let new = version + 1;
+    version_insert(c, p.id, new, &p.spec, now)?;
+    c.prepare_cached(
+        "UPDATE schedules SET version = ?2, next_run_at = ?3, updated_at = ?4 WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            p.id.0,
+            new,
+            p.next_run_at.map(|t| t.as_millisecond()),
+            now
+        ])
+    })
+    .map_err(db_err)?;
+    let (canceled, _, in_flight) = retire_old_versions(c, p.id, new, now)?;
+    let schedule = schedule_get(c, p.tenant, p.id)?
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
+    Ok(ScheduleChange {
+        schedule,
+        canceled,
+        in_flight,
+    })
+}
+
+pub(crate) fn schedule_transition(
+    c: &Connection,
+    p: &ScheduleTransition,
+    now: i64,
+) -> R<ScheduleChange> {
+    let (version, state, next) = current(c, p.tenant, p.id)?;
+    let (canceled, in_flight) = match (state, p.to) {
+        (ScheduleState::Canceled, _) => {
+            return Err(StoreError::WrongState(format!(
+                "schedule {} is canceled",
+                p.id
+            )));
+        }
+        (ScheduleState::Active, ScheduleState::Paused) | (_, ScheduleState::Canceled) => {
+            // A new version with the same definition: what was planned under the old one is
+            // retired; on resume, planning restarts from the earliest retired instant.
+            let new = version + 1;
+            c.prepare_cached(
+                "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
+                     at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
+                     backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
+                 SELECT schedule_id, ?2, kind, cron, timezone, dst_gap, dst_fold, at, every_ms, anchor, queue,
+                        payload, priority, lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire,
+                        overlap, flex_window_ms, ?3
+                   FROM schedule_versions WHERE schedule_id = ?1 AND version = ?4",
+            )
+            .and_then(|mut s| s.execute(params![p.id.0, new, now, version]))
+            .map_err(db_err)?;
+            let (canceled, earliest, in_flight) = retire_old_versions(c, p.id, new, now)?;
+            let next = if p.to == ScheduleState::Canceled {
+                None
+            } else {
+                match (earliest, next) {
+                    (Some(e), Some(n)) => Some(e.min(n)),
+                    (e, n) => e.or(n),
+                }
+            };
+            c.prepare_cached("UPDATE schedules SET version = ?2, state = ?3, next_run_at = ?4, updated_at = ?5 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![p.id.0, new, p.to.as_str(), next, now]))
+                .map_err(db_err)?;
+            (canceled, in_flight)
+        }
+        (ScheduleState::Paused, ScheduleState::Active) => {
+            c.prepare_cached(
+                "UPDATE schedules SET state = 'ACTIVE', updated_at = ?2 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![p.id.0, now]))
+            .map_err(db_err)?;
+            (0, Vec::new())
+        }
+        // Already in the requested state: nothing to do.
+        _ => (0, Vec::new()),
+    };
+    let schedule = schedule_get(c, p.tenant, p.id)?
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
+    Ok(ScheduleChange {
+        schedule,
+        canceled,
+        in_flight,
+    })
+}
+
+pub(crate) fn schedule_due(c: &Connection, p: &ScheduleDueList) -> R<Vec<DueSchedule>> {
+    c.prepare_cached(&format!(
+        "SELECT s.id, s.tenant_id, s.version, s.next_run_at, {SPEC_COLS}
+           FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
+          WHERE s.shard = ?1 AND s.state = 'ACTIVE' AND s.next_run_at IS NOT NULL AND s.next_run_at <= ?2
+          ORDER BY s.next_run_at LIMIT ?3"
+    ))
+    .and_then(|mut s| {
+        s.query_map(params![p.shard, p.before.as_millisecond(), p.limit], |r| {
+            Ok((r.get::<_, Uuid>(0)?, r.get::<_, i64>(1)?, r.get::<_, u32>(2)?, r.get::<_, i64>(3)?, spec_row(r, 4)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(db_err)?
+    .into_iter()
+    .map(|(id, tenant, version, next, spec)| {
+        let mut spec = spec?;
+        spec.payload = None;
+        Ok(DueSchedule { id: ScheduleId(id), tenant: TenantId(tenant), version, next_run_at: ts(next)?, spec })
+    })
+    .collect()
+}
+
+pub(crate) fn schedule_next_due(c: &Connection, shards: &[i32]) -> R<Option<Timestamp>> {
+    let mut best: Option<i64> = None;
+    let mut stmt = c
+        .prepare_cached(
+            "SELECT MIN(next_run_at) FROM schedules WHERE shard = ?1 AND state = 'ACTIVE' AND next_run_at IS NOT NULL",
+        )
+        .map_err(db_err)?;
+    for shard in shards {
+        let m: Option<i64> = stmt
+            .query_row(params![shard], |r| r.get(0))
+            .map_err(db_err)?;
+        best = match (best, m) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    best.map(ts).transpose()
+}
+
+fn check_shard(c: &Connection, shard: i32, node: &str, epoch: i64, now: i64) -> R<()> {
+    let row: Option<(Option<String>, i64, Option<i64>)> = c
+        .prepare_cached("SELECT owner, epoch, lease_until FROM shard_leases WHERE shard = ?1")
+        .and_then(|mut s| {
+            s.query_row(params![shard], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(db_err)?;
+    match row {
+        Some((Some(owner), e, Some(until))) if owner == node && e == epoch && until > now => Ok(()),
+        other => Err(StoreError::Fenced(format!(
+            "node {node} no longer holds shard {shard} at epoch {epoch} ({other:?})"
+        ))),
+    }
+}
+
+pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanReport> {
+    check_shard(c, p.shard, &p.node, p.shard_epoch, now)?;
+    let mut report = PlanReport::default();
+    for item in &p.items {
+        let moved = c
+            .prepare_cached(
+                "UPDATE schedules SET next_run_at = ?4, updated_at = ?5
+                  WHERE id = ?1 AND version = ?2 AND next_run_at = ?3 AND state = 'ACTIVE' AND tenant_id = ?6",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    item.schedule_id.0,
+                    item.version,
+                    item.expected_next_run_at.as_millisecond(),
+                    item.next_run_at.map(|t| t.as_millisecond()),
+                    now,
+                    item.tenant.0
+                ])
+            })
+            .map_err(db_err)?;
+        if moved == 0 {
+            report.stale += 1;
+            continue;
+        }
+        report.applied += 1;
+        report.inserted += insert_occurrences(c, item.tenant, &item.occurrences, now)?;
+        if let Some(m) = &item.missed {
+            c.prepare_cached(
+                "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    item.tenant.0,
+                    m.schedule_id.0,
+                    m.version,
+                    m.first_at.as_millisecond(),
+                    m.last_at.as_millisecond(),
+                    m.count as i64,
+                    m.count_exact,
+                    now
+                ])
+            })
+            .map_err(db_err)?;
+        }
+    }
+    Ok(report)
+}
+
+pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec<ShardLease>> {
+    let total = p.total.max(1) as i64;
+    let until = now.saturating_add(p.lease.as_millis() as i64);
+    {
+        let mut ins = c
+            .prepare_cached("INSERT OR IGNORE INTO shard_leases (shard, epoch) VALUES (?1, 0)")
+            .map_err(db_err)?;
+        for shard in 0..total {
+            ins.execute(params![shard]).map_err(db_err)?;
+        }
+    }
+    let others: i64 = c
+        .prepare_cached(
+            "SELECT COUNT(DISTINCT owner) FROM shard_leases
+              WHERE shard < ?1 AND owner IS NOT NULL AND owner <> ?2 AND lease_until > ?3",
+        )
+        .and_then(|mut s| s.query_row(params![total, p.node, now], |r| r.get(0)))
+        .map_err(db_err)?;
+    let target = (total + others) / (others + 1); // ceil(total / nodes)
+    // Renew what we still hold.
+    c.prepare_cached("UPDATE shard_leases SET lease_until = ?3 WHERE shard < ?1 AND owner = ?2 AND lease_until > ?4")
+        .and_then(|mut s| s.execute(params![total, p.node, until, now]))
+        .map_err(db_err)?;
+    let held: i64 = c
+        .prepare_cached("SELECT COUNT(*) FROM shard_leases WHERE shard < ?1 AND owner = ?2 AND lease_until > ?3")
+        .and_then(|mut s| s.query_row(params![total, p.node, now], |r| r.get(0)))
+        .map_err(db_err)?;
+    if held < target {
+        // Take free or expired shards; a takeover bumps the epoch, fencing the old holder.
+        c.prepare_cached(
+            "UPDATE shard_leases SET owner = ?2, epoch = epoch + 1, lease_until = ?3
+              WHERE shard IN (SELECT shard FROM shard_leases
+                               WHERE shard < ?1 AND (owner IS NULL OR lease_until IS NULL OR lease_until <= ?4)
+                               ORDER BY shard LIMIT ?5)",
+        )
+        .and_then(|mut s| s.execute(params![total, p.node, until, now, target - held]))
+        .map_err(db_err)?;
+    } else if held > target {
+        // More than a fair share now that others are alive: let the excess go.
+        c.prepare_cached(
+            "UPDATE shard_leases SET lease_until = ?3, owner = NULL
+              WHERE shard IN (SELECT shard FROM shard_leases WHERE shard < ?1 AND owner = ?2
+                               ORDER BY shard DESC LIMIT ?4)",
+        )
+        .and_then(|mut s| s.execute(params![total, p.node, now, held - target]))
+        .map_err(db_err)?;
+    }
+    c.prepare_cached("SELECT shard, epoch, lease_until FROM shard_leases WHERE shard < ?1 AND owner = ?2 AND lease_until > ?3 ORDER BY shard")
+        .and_then(|mut s| {
+            s.query_map(params![total, p.node, now], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?
+        .into_iter()
+        .map(|(shard, epoch, until)| Ok(ShardLease { shard, epoch, lease_until: ts(until)? }))
+        .collect()
+}
+
+pub(crate) fn shard_release(c: &Connection, p: &ShardRelease, now: i64) -> R<u64> {
+    c.prepare_cached("UPDATE shard_leases SET owner = NULL, lease_until = ?2 WHERE owner = ?1")
+        .and_then(|mut s| s.execute(params![p.node, now]))
+        .map(|n| n as u64)
+        .map_err(db_err)
+}
+
+pub(crate) fn missed_range_list(c: &Connection, p: &MissedRangeList) -> R<Vec<MissedRange>> {
+    c.prepare_cached(
+        "SELECT schedule_id, version, first_at, last_at, count, count_exact FROM missed_ranges
+          WHERE tenant_id = ?1 AND schedule_id = ?2 ORDER BY first_at",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![p.tenant.0, p.schedule_id.0], |r| {
+            Ok((
+                r.get::<_, Uuid>(0)?,
+                r.get::<_, u32>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, bool>(5)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(db_err)?
+    .into_iter()
+    .map(|(sid, version, first, last, count, exact)| {
+        Ok(MissedRange {
+            schedule_id: ScheduleId(sid),
+            version,
+            first_at: ts(first)?,
+            last_at: ts(last)?,
+            count: count as u64,
+            count_exact: exact,
+        })
+    })
+    .collect()
+}
