@@ -32,7 +32,7 @@ pub struct ScheduleCreate {
 }
 
 /// One occurrence to insert.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOccurrence {
     /// Its schedule.
     pub schedule_id: ScheduleId,

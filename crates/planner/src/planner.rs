@@ -1,0 +1,242 @@
+//! The planning loop: shard leases, batches, fenced commits, waking for the next due instant.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::{Notify, watch};
+
+use crate::materialize::{Input, plan};
+use crate::{PlannerError, calendar_of};
+
+/// Planner settings.
+#[derive(Debug, Clone)]
+pub struct PlannerConfig {
+    /// This node's name (unique among live nodes).
+    pub node: String,
+    /// Number of logical shards in the deployment (all nodes must agree).
+    pub shards: u32,
+    /// How far ahead occurrences are materialized.
+    pub horizon: SignedDuration,
+    /// Shard lease length; a node that stops renewing loses its shards after this.
+    pub shard_lease: SignedDuration,
+    /// Schedules per planning batch (one transaction).
+    pub batch: u32,
+}
+
+impl PlannerConfig {
+    /// Defaults for one node: 16 shards, a 2-minute horizon, 15 s shard leases, batches of
+    /// 1,000 schedules.
+    pub fn new(node: impl Into<String>) -> PlannerConfig {
+        PlannerConfig {
+            node: node.into(),
+            shards: 16,
+            horizon: SignedDuration::from_mins(2),
+            shard_lease: SignedDuration::from_secs(15),
+            batch: 1_000,
+        }
+    }
+}
+
+/// What one [`Planner::tick`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Shards held after acquiring.
+    pub shards: usize,
+    /// Schedules advanced.
+    pub planned: u64,
+    /// Occurrences inserted.
+    pub inserted: u64,
+    /// Items refused because the schedule moved first (another planner or an update).
+    pub stale: u64,
+    /// Batches refused because the shard lease was lost meanwhile.
+    pub fenced: u64,
+}
+
+/// One node's planner.
+#[derive(Debug)]
+pub struct Planner {
+    store: Arc<dyn Store>,
+    cfg: PlannerConfig,
+    wake: Notify,
+    held: std::sync::Mutex<Vec<ShardLease>>,
+}
+
+impl Planner {
+    /// A planner over `store`.
+    pub fn new(store: Arc<dyn Store>, cfg: PlannerConfig) -> Planner {
+        Planner {
+            store,
+            cfg,
+            wake: Notify::new(),
+            held: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PlannerConfig {
+        &self.cfg
+    }
+
+    /// Asks the loop to plan now (e.g. after a schedule was created).
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Shards held after the last tick.
+    pub fn shards_held(&self) -> Vec<ShardLease> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// One planning pass at `now` (`None`: the store's clock): renew/acquire shards, then plan
+    /// every due schedule of each held shard in batches until none is due.
+    ///
+    /// # Errors
+    ///
+    /// [`PlannerError::Store`] if the store fails (a lost shard is not an error: its batch is
+    /// counted in [`TickReport::fenced`]).
+    pub async fn tick(&self, now: Option<Timestamp>) -> Result<TickReport, PlannerError> {
+        let now = match now {
+            Some(t) => t,
+            None => self.store.store_now().await?,
+        };
+        let leases = self
+            .store
+            .shard_acquire(ShardAcquire {
+                node: self.cfg.node.clone(),
+                total: self.cfg.shards,
+                lease: self.cfg.shard_lease,
+                now: Some(now),
+            })
+            .await?;
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = leases.clone();
+        let mut report = TickReport {
+            shards: leases.len(),
+            ..TickReport::default()
+        };
+        let before = now.checked_add(self.cfg.horizon).unwrap_or(Timestamp::MAX);
+        for lease in leases {
+            // Bounded: each round either advances schedules or stops.
+            for _ in 0..10_000 {
+                let due = self
+                    .store
+                    .schedule_due(ScheduleDueList {
+                        shard: lease.shard,
+                        before,
+                        limit: self.cfg.batch,
+                    })
+                    .await?;
+                if due.is_empty() {
+                    break;
+                }
+                let full = due.len() as u32 == self.cfg.batch;
+                let items = due.iter().map(|d| self.item(d, now)).collect();
+                match self
+                    .store
+                    .plan_commit(PlanCommit {
+                        node: self.cfg.node.clone(),
+                        shard: lease.shard,
+                        shard_epoch: lease.epoch,
+                        items,
+                        now: Some(now),
+                    })
+                    .await
+                {
+                    Ok(r) => {
+                        report.planned += r.applied;
+                        report.inserted += r.inserted;
+                        report.stale += r.stale;
+                        if r.applied == 0 && !full {
+                            break;
+                        }
+                    }
+                    Err(StoreError::Fenced(msg)) => {
+                        tracing::warn!(shard = lease.shard, %msg, "shard lease lost; stopping this shard");
+                        report.fenced += 1;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn item(&self, d: &DueSchedule, now: Timestamp) -> PlanItem {
+        let (occurrences, missed, next_run_at) = match calendar_of(&d.spec) {
+            Ok(cal) => {
+                let p = plan(&Input {
+                    id: d.id,
+                    version: d.version,
+                    spec: &d.spec,
+                    calendar: &cal,
+                    next_run_at: d.next_run_at,
+                    now,
+                    horizon: self.cfg.horizon,
+                });
+                (p.occurrences, p.missed, p.next_run_at)
+            }
+            Err(e) => {
+                // Validated at creation, so only a zone removed from the system's database
+                // gets here. Stop planning it, loudly, rather than loop on it.
+                tracing::error!(schedule = %d.id, error = %e, "stored schedule no longer has a valid calendar; planning stopped");
+                (Vec::new(), None, None)
+            }
+        };
+        PlanItem {
+            tenant: d.tenant,
+            schedule_id: d.id,
+            version: d.version,
+            expected_next_run_at: d.next_run_at,
+            next_run_at,
+            occurrences,
+            missed,
+        }
+    }
+
+    /// Runs until `shutdown` turns true: tick, then sleep until the next due instant enters
+    /// the horizon, the shard leases need renewing, or [`Planner::notify`] is called. On
+    /// shutdown, releases the shards so another node takes them at once.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let renew =
+            Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).clamp(100, 60_000) as u64);
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let sleep = match self.tick(None).await {
+                Ok(_) => self.until_next(renew).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "planning pass failed; retrying");
+                    Duration::from_secs(1)
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.wake.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        let _ = self
+            .store
+            .shard_release(ShardRelease {
+                node: self.cfg.node.clone(),
+                now: None,
+            })
+            .await;
+    }
+
+    async fn until_next(&self, cap: Duration) -> Duration {
+        let shards: Vec<i32> = self.shards_held().iter().map(|l| l.shard).collect();
+        let (Ok(Some(next)), Ok(now)) = (
+            self.store.schedule_next_due(&shards).await,
+            self.store.store_now().await,
+        ) else {
+            return cap;
+        };
+        let wake_at = next.checked_sub(self.cfg.horizon).unwrap_or(next);
+        let ms = wake_at.as_millisecond() - now.as_millisecond();
+        Duration::from_millis(ms.clamp(0, cap.as_millis() as i64) as u64)
+    }
+}

@@ -1,0 +1,241 @@
+//! The schedule lifecycle: validation, creation, versioned updates, pause, resume, cancel.
+
+use std::sync::Arc;
+
+use campanile_calendar::Calendar;
+use campanile_core::ScheduleId;
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::{PlannerError, calendar_of, shard_of};
+
+/// A schedule with its next planned instants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleView {
+    /// The stored schedule.
+    pub record: ScheduleRecord,
+    /// The next instants it will fire at, from now (empty when paused or canceled).
+    pub next_fires: Vec<Timestamp>,
+}
+
+/// Checks a definition and returns its calendar.
+///
+/// # Errors
+///
+/// [`PlannerError::Invalid`] or [`PlannerError::Calendar`] naming what is wrong.
+pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
+    if spec.queue.trim().is_empty() || spec.queue.len() > 200 {
+        return Err(PlannerError::Invalid(
+            "queue must be 1 to 200 characters".into(),
+        ));
+    }
+    if spec.max_attempts == 0 || spec.max_attempts > 1_000 {
+        return Err(PlannerError::Invalid(
+            "retry.max_attempts must be between 1 and 1000".into(),
+        ));
+    }
+    if spec.lease < SignedDuration::from_secs(1) || spec.lease > SignedDuration::from_hours(24) {
+        return Err(PlannerError::Invalid(
+            "lease_seconds must be between 1 and 86400".into(),
+        ));
+    }
+    if spec.backoff_initial <= SignedDuration::ZERO || spec.backoff_initial > spec.backoff_max {
+        return Err(PlannerError::Invalid(
+            "retry.backoff_initial_ms must be positive and at most retry.backoff_max_ms".into(),
+        ));
+    }
+    if spec.flex_window.is_negative() || spec.flex_window > SignedDuration::from_hours(24) {
+        return Err(PlannerError::Invalid(
+            "flex_window_seconds must be between 0 and 86400".into(),
+        ));
+    }
+    if spec.misfire.max_lateness().is_negative() {
+        return Err(PlannerError::Invalid(
+            "misfire.max_lateness_seconds must not be negative".into(),
+        ));
+    }
+    if let campanile_core::Misfire::Catchup { max, .. } = spec.misfire {
+        if max == 0 || max > 10_000 {
+            return Err(PlannerError::Invalid(
+                "misfire.catchup_max must be between 1 and 10000".into(),
+            ));
+        }
+    }
+    calendar_of(spec)
+}
+
+/// The first instant to plan for a definition taking effect at `now`: the calendar's first
+/// instant at or after `now`. A one-off instant in the past is refused unless the misfire
+/// policy runs late instants.
+fn first_instant(
+    spec: &ScheduleSpec,
+    cal: &Calendar,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, PlannerError> {
+    if let Timing::At(at) = spec.timing {
+        if at < now && spec.misfire.runs() == 0 {
+            return Err(PlannerError::Invalid(format!(
+                "at {at} is in the past; use misfire policy fire_once to run it anyway"
+            )));
+        }
+        return Ok(Some(at));
+    }
+    Ok(cal.next_after(
+        now.checked_sub(SignedDuration::from_nanos(1))
+            .unwrap_or(now),
+    ))
+}
+
+/// The next `n` fire times after `after`.
+pub fn next_fires(cal: &Calendar, after: Timestamp, n: usize) -> Vec<Timestamp> {
+    cal.iter_after(after).take(n).collect()
+}
+
+/// Schedule operations over a store, with the deployment's shard count.
+#[derive(Debug, Clone)]
+pub struct Schedules {
+    store: Arc<dyn Store>,
+    shards: u32,
+}
+
+async fn now_of(store: &dyn Store, now: Option<Timestamp>) -> Result<Timestamp, PlannerError> {
+    Ok(match now {
+        Some(t) => t,
+        None => store.store_now().await?,
+    })
+}
+
+impl Schedules {
+    /// Schedule operations on `store`, spreading schedules over `shards` shards.
+    pub fn new(store: Arc<dyn Store>, shards: u32) -> Schedules {
+        Schedules {
+            store,
+            shards: shards.max(1),
+        }
+    }
+
+    fn view(record: ScheduleRecord, now: Timestamp) -> ScheduleView {
+        let next_fires = match (record.state, calendar_of(&record.spec)) {
+            (ScheduleState::Active, Ok(cal)) => {
+                let from = now
+                    .checked_sub(SignedDuration::from_nanos(1))
+                    .unwrap_or(now);
+                match record.spec.timing {
+                    Timing::At(at) if at >= now || record.next_run_at.is_some() => vec![at],
+                    _ => next_fires(&cal, from, 5),
+                }
+            }
+            _ => Vec::new(),
+        };
+        ScheduleView { record, next_fires }
+    }
+
+    /// Creates a schedule (version 1).
+    ///
+    /// # Errors
+    ///
+    /// [`PlannerError::Invalid`] / [`PlannerError::Calendar`] for a bad definition.
+    pub async fn create(
+        &self,
+        tenant: TenantId,
+        spec: ScheduleSpec,
+        now: Option<Timestamp>,
+    ) -> Result<ScheduleView, PlannerError> {
+        let cal = validate(&spec)?;
+        let now = now_of(self.store.as_ref(), now).await?;
+        let next = first_instant(&spec, &cal, now)?;
+        let id = ScheduleId(uuid::Uuid::now_v7());
+        self.store
+            .schedule_create(ScheduleCreate {
+                tenant,
+                id,
+                spec,
+                shard: shard_of(id, self.shards),
+                next_run_at: next,
+                now: Some(now),
+            })
+            .await?;
+        let record = self
+            .store
+            .schedule_get(ScheduleGet { tenant, id })
+            .await?
+            .ok_or_else(|| PlannerError::Store(StoreError::NotFound(format!("schedule {id}"))))?;
+        Ok(Self::view(record, now))
+    }
+
+    /// One schedule with its next fires.
+    ///
+    /// # Errors
+    ///
+    /// [`PlannerError::Store`] if the store fails.
+    pub async fn get(
+        &self,
+        tenant: TenantId,
+        id: ScheduleId,
+        now: Option<Timestamp>,
+    ) -> Result<Option<ScheduleView>, PlannerError> {
+        let now = now_of(self.store.as_ref(), now).await?;
+        Ok(self
+            .store
+            .schedule_get(ScheduleGet { tenant, id })
+            .await?
+            .map(|r| Self::view(r, now)))
+    }
+
+    /// Replaces the definition, optimistically against `expected_version`. The new version
+    /// plans from now; unclaimed occurrences of older versions are canceled.
+    ///
+    /// # Errors
+    ///
+    /// As [`Schedules::create`], plus [`StoreError::VersionConflict`] and
+    /// [`StoreError::NotFound`] inside [`PlannerError::Store`].
+    pub async fn update(
+        &self,
+        tenant: TenantId,
+        id: ScheduleId,
+        expected_version: u32,
+        spec: ScheduleSpec,
+        now: Option<Timestamp>,
+    ) -> Result<(ScheduleView, ScheduleChange), PlannerError> {
+        let cal = validate(&spec)?;
+        let now = now_of(self.store.as_ref(), now).await?;
+        let next = first_instant(&spec, &cal, now)?;
+        let change = self
+            .store
+            .schedule_update(ScheduleUpdate {
+                tenant,
+                id,
+                expected_version,
+                spec,
+                next_run_at: next,
+                now: Some(now),
+            })
+            .await?;
+        Ok((Self::view(change.schedule.clone(), now), change))
+    }
+
+    /// Pauses, resumes (`to = Active`) or cancels.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] / [`StoreError::WrongState`] inside [`PlannerError::Store`].
+    pub async fn transition(
+        &self,
+        tenant: TenantId,
+        id: ScheduleId,
+        to: ScheduleState,
+        now: Option<Timestamp>,
+    ) -> Result<(ScheduleView, ScheduleChange), PlannerError> {
+        let now = now_of(self.store.as_ref(), now).await?;
+        let change = self
+            .store
+            .schedule_transition(ScheduleTransition {
+                tenant,
+                id,
+                to,
+                now: Some(now),
+            })
+            .await?;
+        Ok((Self::view(change.schedule.clone(), now), change))
+    }
+}
