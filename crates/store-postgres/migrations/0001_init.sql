@@ -146,6 +146,12 @@ CREATE TABLE shard_leases (
     lease_until  BIGINT
 );
 
+-- Planner nodes seen recently, so a node holding no shard still counts for the fair share.
+CREATE TABLE planner_nodes (
+    node         TEXT PRIMARY KEY,
+    alive_until  BIGINT NOT NULL
+);
+
 CREATE TABLE idempotency_keys (
     tenant_id     BIGINT NOT NULL,
     key           TEXT   NOT NULL,

@@ -366,10 +366,17 @@ pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<Vec<Shar
         &[&(total as i32)],
     )
     .await?;
+    execute(
+        &tx,
+        "INSERT INTO planner_nodes (node, alive_until) VALUES ($1, $2)
+         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
+        &[&p.node, &until],
+    )
+    .await?;
     let others: i64 = query(
         &tx,
-        "SELECT count(DISTINCT owner) FROM shard_leases WHERE shard < $1 AND owner IS NOT NULL AND owner <> $2 AND lease_until > $3",
-        &[&(total as i32), &p.node, &now],
+        "SELECT count(*) FROM planner_nodes WHERE node <> $1 AND alive_until > $2",
+        &[&p.node, &now],
     )
     .await?
     .first()
@@ -423,6 +430,12 @@ pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<Vec<Shar
 
 pub(crate) async fn shard_release(c: &Client, p: ShardRelease) -> R<u64> {
     let now = resolve_now(c, p.now).await?;
+    execute(
+        c,
+        "UPDATE planner_nodes SET alive_until = $2 WHERE node = $1",
+        &[&p.node, &now],
+    )
+    .await?;
     execute(
         c,
         "UPDATE shard_leases SET owner = NULL, lease_until = $2 WHERE owner = $1",

@@ -159,6 +159,12 @@ CREATE TABLE shard_leases (
     lease_until  INTEGER
 );
 
+-- Planner nodes seen recently, so a node holding no shard still counts for the fair share.
+CREATE TABLE planner_nodes (
+    node         TEXT PRIMARY KEY,
+    alive_until  INTEGER NOT NULL
+);
+
 CREATE TABLE idempotency_keys (
     tenant_id     INTEGER NOT NULL,
     key           TEXT    NOT NULL,

@@ -110,14 +110,12 @@ pub(crate) fn schedule_get(
     }))
 }
 
+/// `(canceled, earliest canceled instant, in flight)`.
+type Retired = (u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>);
+
 /// Cancels unclaimed occurrences of versions below `version`, flags running ones, and
 /// reports the claimed ones. Returns (canceled, earliest canceled instant, in flight).
-fn retire_old_versions(
-    c: &Connection,
-    id: ScheduleId,
-    version: u32,
-    now: i64,
-) -> R<(u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>)> {
+fn retire_old_versions(c: &Connection, id: ScheduleId, version: u32, now: i64) -> R<Retired> {
     let earliest: Option<i64> = c
         .prepare_cached(
             "SELECT MIN(scheduled_for) FROM occurrences
@@ -398,12 +396,15 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec
             ins.execute(params![shard]).map_err(db_err)?;
         }
     }
+    c.prepare_cached(
+        "INSERT INTO planner_nodes (node, alive_until) VALUES (?1, ?2)
+         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
+    )
+    .and_then(|mut s| s.execute(params![p.node, until]))
+    .map_err(db_err)?;
     let others: i64 = c
-        .prepare_cached(
-            "SELECT COUNT(DISTINCT owner) FROM shard_leases
-              WHERE shard < ?1 AND owner IS NOT NULL AND owner <> ?2 AND lease_until > ?3",
-        )
-        .and_then(|mut s| s.query_row(params![total, p.node, now], |r| r.get(0)))
+        .prepare_cached("SELECT COUNT(*) FROM planner_nodes WHERE node <> ?1 AND alive_until > ?2")
+        .and_then(|mut s| s.query_row(params![p.node, now], |r| r.get(0)))
         .map_err(db_err)?;
     let target = (total + others) / (others + 1); // ceil(total / nodes)
     // Renew what we still hold.
@@ -446,6 +447,9 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec
 }
 
 pub(crate) fn shard_release(c: &Connection, p: &ShardRelease, now: i64) -> R<u64> {
+    c.prepare_cached("UPDATE planner_nodes SET alive_until = ?2 WHERE node = ?1")
+        .and_then(|mut s| s.execute(params![p.node, now]))
+        .map_err(db_err)?;
     c.prepare_cached("UPDATE shard_leases SET owner = NULL, lease_until = ?2 WHERE owner = ?1")
         .and_then(|mut s| s.execute(params![p.node, now]))
         .map(|n| n as u64)

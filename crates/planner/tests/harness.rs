@@ -1,0 +1,195 @@
+//! Stores to run against, and helpers.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use campanile_calendar::DstPolicy;
+use campanile_core::{Misfire, Overlap};
+use campanile_planner::schedules::Schedules;
+use campanile_planner::{Planner, PlannerConfig};
+use campanile_store::*;
+use campanile_store_postgres::{PgOptions, PgStore};
+use campanile_store_sqlite::SqliteStore;
+use jiff::{SignedDuration, Timestamp};
+
+pub(crate) struct Env {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) tenant: TenantId,
+    _guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+struct DropSchema(PgStore);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let store = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                let _ = rt.block_on(store.drop_schema());
+            }
+        })
+        .join();
+    }
+}
+
+pub(crate) async fn sqlite() -> Option<Env> {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("planner.db")).unwrap());
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "acme".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    Some(Env {
+        store,
+        tenant,
+        _guard: Box::new(dir),
+    })
+}
+
+pub(crate) async fn postgres() -> Option<Env> {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL planner test)");
+        return None;
+    };
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let pg = PgStore::connect_with(
+        &url,
+        PgOptions {
+            schema: Some(schema),
+            pool_size: 10,
+        },
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(pg.clone());
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "acme".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    Some(Env {
+        store,
+        tenant,
+        _guard: Box::new(DropSchema(pg)),
+    })
+}
+
+/// Runs an `async fn(Env)` test body on SQLite and on PostgreSQL.
+#[macro_export]
+macro_rules! both {
+    ($body:ident) => {
+        mod $body {
+            #[test]
+            fn sqlite() {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(4)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let env = rt.block_on($crate::harness::sqlite()).unwrap();
+                rt.block_on(super::$body(env));
+            }
+            #[test]
+            fn postgres() {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(4)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let Some(env) = rt.block_on($crate::harness::postgres()) else {
+                    return;
+                };
+                rt.block_on(super::$body(env));
+            }
+        }
+    };
+}
+
+pub(crate) fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+pub(crate) fn plus(t: Timestamp, secs: i64) -> Timestamp {
+    t.checked_add(SignedDuration::from_secs(secs)).unwrap()
+}
+
+pub(crate) fn cron(expr: &str, zone: &str, dst: DstPolicy) -> ScheduleSpec {
+    spec(Timing::Cron {
+        expr: expr.into(),
+        timezone: zone.into(),
+        dst_gap: dst.gap,
+        dst_fold: dst.fold,
+    })
+}
+
+pub(crate) fn spec(timing: Timing) -> ScheduleSpec {
+    ScheduleSpec {
+        timing,
+        queue: "jobs".into(),
+        payload: Some("{\"k\":1}".into()),
+        priority: 0,
+        lease: SignedDuration::from_secs(30),
+        max_attempts: 3,
+        backoff_initial: SignedDuration::from_secs(1),
+        backoff_max: SignedDuration::from_secs(30),
+        misfire: Misfire::Skip {
+            max_lateness: SignedDuration::from_secs(600),
+        },
+        overlap: Overlap::Allow,
+        flex_window: SignedDuration::ZERO,
+    }
+}
+
+pub(crate) fn planner(env: &Env, node: &str) -> Planner {
+    let mut cfg = PlannerConfig::new(node);
+    cfg.shards = 4;
+    cfg.horizon = SignedDuration::from_mins(15);
+    cfg.batch = 100;
+    Planner::new(env.store.clone(), cfg)
+}
+
+pub(crate) fn schedules(env: &Env) -> Schedules {
+    Schedules::new(env.store.clone(), 4)
+}
+
+/// Every occurrence of a schedule, all states, in order.
+pub(crate) async fn occurrences(env: &Env, id: campanile_core::ScheduleId) -> Vec<Occurrence> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let page = env
+            .store
+            .occurrence_list(OccurrenceList {
+                tenant: env.tenant,
+                schedule_id: Some(id),
+                after,
+                limit: 1000,
+                now: None,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if page.is_empty() {
+            return out;
+        }
+        after = page.last().map(|o| (o.scheduled_for, o.id));
+        out.extend(page);
+    }
+}
+
+pub(crate) async fn instants(env: &Env, id: campanile_core::ScheduleId) -> BTreeSet<Timestamp> {
+    let occ = occurrences(env, id).await;
+    let set: BTreeSet<Timestamp> = occ.iter().map(|o| o.scheduled_for).collect();
+    assert_eq!(set.len(), occ.len(), "one occurrence per instant");
+    set
+}

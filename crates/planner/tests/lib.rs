@@ -1,0 +1,10 @@
+//! The planner on both backends (PostgreSQL when `CAMPANILE_TEST_PG_URL` is set).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod harness;
+mod lifecycle;
+mod misfire;
+mod overlap;
+mod planning;
+mod races;

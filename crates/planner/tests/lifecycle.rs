@@ -1,0 +1,303 @@
+//! Update, pause, resume and cancel, alone and racing with claims.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use campanile_calendar::DstPolicy;
+use campanile_core::OccurrenceState;
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::both;
+use crate::harness::*;
+
+async fn update_makes_a_new_version_and_retires_the_old(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let v = s
+        .create(
+            env.tenant,
+            cron("*/5 * * * *", "UTC", DstPolicy::default()),
+            Some(t0),
+        )
+        .await
+        .unwrap();
+    let id = v.record.id;
+    p.tick(Some(t0)).await.unwrap(); // 00:00 … 00:15
+    let running = env
+        .store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: env.tenant,
+            queue: "jobs".into(),
+            worker_id: "w".into(),
+            max: 1,
+            lease: SignedDuration::from_secs(600),
+            now: Some(t0),
+        })
+        .await
+        .unwrap();
+    assert_eq!(running.len(), 1);
+    // A stale version is a conflict that names the current one.
+    let err = s
+        .update(
+            env.tenant,
+            id,
+            7,
+            cron("0 * * * *", "UTC", DstPolicy::default()),
+            Some(plus(t0, 60)),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("version 1"), "{err}");
+    let (view, change) = s
+        .update(
+            env.tenant,
+            id,
+            1,
+            cron("*/10 * * * *", "Europe/Paris", DstPolicy::default()),
+            Some(plus(t0, 60)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(view.record.version, 2);
+    assert_eq!(change.canceled, 3, "00:05, 00:10, 00:15 of version 1");
+    assert_eq!(
+        change.in_flight,
+        vec![(running[0].id, OccurrenceState::Running)]
+    );
+    // The worker sees the cancel request on its next renew.
+    let r = env
+        .store
+        .lease_renew(LeaseRenew {
+            tenant: env.tenant,
+            worker_id: "w".into(),
+            leases: vec![LeaseRef {
+                occurrence_id: running[0].id,
+                epoch: 1,
+            }],
+            lease: SignedDuration::from_secs(60),
+            now: Some(plus(t0, 61)),
+        })
+        .await
+        .unwrap();
+    assert!(r[0].renewed && r[0].cancel_requested);
+    p.tick(Some(plus(t0, 60))).await.unwrap();
+    let occ = occurrences(&env, id).await;
+    let v2: Vec<Timestamp> = occ
+        .iter()
+        .filter(|o| o.version == 2)
+        .map(|o| o.scheduled_for)
+        .collect();
+    assert_eq!(
+        v2,
+        vec![plus(t0, 600)],
+        "the new version plans from now (00:01 + 15 min horizon), every 10 minutes"
+    );
+    assert!(
+        occ.iter()
+            .filter(|o| o.version == 1 && o.state == OccurrenceState::Canceled)
+            .all(|o| o.attempts == 0)
+    );
+    // Cancel: nothing is planned again, and history stays.
+    let (view, change) = s
+        .transition(env.tenant, id, ScheduleState::Canceled, Some(plus(t0, 120)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            view.record.state,
+            view.record.version,
+            view.record.next_run_at
+        ),
+        (ScheduleState::Canceled, 3, None)
+    );
+    assert_eq!(change.canceled, 1);
+    p.tick(Some(plus(t0, 7200))).await.unwrap();
+    assert_eq!(
+        occurrences(&env, id).await.len(),
+        occ.len(),
+        "nothing deleted, nothing new"
+    );
+    assert!(
+        s.transition(env.tenant, id, ScheduleState::Active, None)
+            .await
+            .is_err(),
+        "a canceled schedule stays canceled"
+    );
+    // Other tenants cannot see or touch it.
+    let other = env
+        .store
+        .tenant_create(TenantCreate {
+            name: "other".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    assert!(s.get(other, id, None).await.unwrap().is_none());
+    assert!(
+        s.transition(other, id, ScheduleState::Paused, None)
+            .await
+            .is_err()
+    );
+}
+both!(update_makes_a_new_version_and_retires_the_old);
+
+/// Four workers claim and complete while the schedule is updated, paused, resumed and
+/// finally canceled, and the planner keeps planning. Afterwards: no canceled occurrence was
+/// ever claimed, every claimed one finished or is still held, nothing was planned after the
+/// cancel, and each instant has at most one occurrence per version.
+async fn lifecycle_races_with_claims(env: Env) {
+    let s = schedules(&env);
+    let p = Arc::new(planner(&env, "n"));
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let id = s
+        .create(
+            env.tenant,
+            cron("* * * * * *", "UTC", DstPolicy::default()),
+            Some(t0),
+        )
+        .await
+        .unwrap()
+        .record
+        .id;
+    let clock = Arc::new(AtomicI64::new(t0.as_millisecond()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let now = |c: &AtomicI64| Timestamp::from_millisecond(c.load(Ordering::SeqCst)).unwrap();
+    p.tick(Some(t0)).await.unwrap();
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (store, clock, stop, tenant) =
+            (env.store.clone(), clock.clone(), stop.clone(), env.tenant);
+        workers.push(tokio::spawn(async move {
+            let worker = format!("w{w}");
+            while !stop.load(Ordering::SeqCst) {
+                let got = store
+                    .occurrence_claim(OccurrenceClaim {
+                        tenant,
+                        queue: "jobs".into(),
+                        worker_id: worker.clone(),
+                        max: 5,
+                        lease: SignedDuration::from_secs(30),
+                        now: Some(now(&clock)),
+                    })
+                    .await
+                    .unwrap();
+                let items: Vec<FinishItem> = got
+                    .iter()
+                    .map(|c| FinishItem {
+                        lease: LeaseRef {
+                            occurrence_id: c.id,
+                            epoch: c.epoch,
+                        },
+                        finish: Finish::Succeeded { result: None },
+                    })
+                    .collect();
+                if !items.is_empty() {
+                    store
+                        .occurrence_finish_many(OccurrenceFinishMany {
+                            tenant,
+                            worker_id: worker.clone(),
+                            items,
+                            now: Some(now(&clock)),
+                        })
+                        .await
+                        .unwrap();
+                }
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut version = 1;
+    for step in 0..40 {
+        clock.fetch_add(3_000, Ordering::SeqCst);
+        let t = now(&clock);
+        p.tick(Some(t)).await.unwrap();
+        match step % 8 {
+            2 => {
+                let (v, _) = s
+                    .update(
+                        env.tenant,
+                        id,
+                        version,
+                        cron(
+                            if step % 16 == 2 {
+                                "*/2 * * * * *"
+                            } else {
+                                "* * * * * *"
+                            },
+                            "UTC",
+                            DstPolicy::default(),
+                        ),
+                        Some(t),
+                    )
+                    .await
+                    .unwrap();
+                version = v.record.version;
+            }
+            4 => {
+                version = s
+                    .transition(env.tenant, id, ScheduleState::Paused, Some(t))
+                    .await
+                    .unwrap()
+                    .0
+                    .record
+                    .version
+            }
+            6 => {
+                version = s
+                    .transition(env.tenant, id, ScheduleState::Active, Some(t))
+                    .await
+                    .unwrap()
+                    .0
+                    .record
+                    .version
+            }
+            _ => {}
+        }
+        tokio::task::yield_now().await;
+    }
+    let canceled_at = now(&clock);
+    s.transition(env.tenant, id, ScheduleState::Canceled, Some(canceled_at))
+        .await
+        .unwrap();
+    clock.fetch_add(5_000, Ordering::SeqCst);
+    p.tick(Some(now(&clock))).await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let occ = occurrences(&env, id).await;
+    assert!(
+        occ.len() > 50,
+        "the race must have planned work: {}",
+        occ.len()
+    );
+    let mut keys = std::collections::BTreeSet::new();
+    for o in &occ {
+        assert!(keys.insert((o.version, o.scheduled_for)), "duplicate {o:?}");
+        match o.state {
+            OccurrenceState::Canceled => assert_eq!(
+                o.attempts, 0,
+                "a canceled occurrence was never claimed: {o:?}"
+            ),
+            OccurrenceState::Succeeded => assert!(o.attempts >= 1 && o.epoch >= 1),
+            OccurrenceState::Missed | OccurrenceState::Running => {}
+            other => panic!("unexpected {other} for {o:?}"),
+        }
+    }
+    let latest = occ.iter().map(|o| o.version).max().unwrap();
+    assert!(
+        occ.iter()
+            .all(|o| o.version < latest || o.state != OccurrenceState::Ready),
+        "nothing pending of the canceled schedule"
+    );
+    assert!(
+        occ.iter()
+            .filter(|o| o.state == OccurrenceState::Succeeded)
+            .count()
+            > 10
+    );
+}
+both!(lifecycle_races_with_claims);

@@ -1,0 +1,194 @@
+//! Misfire policies after a 10-minute and a 3-day outage.
+
+use campanile_core::{Misfire, OccurrenceState};
+use campanile_store::*;
+use jiff::SignedDuration;
+
+use crate::both;
+use crate::harness::*;
+
+fn every_minute(misfire: Misfire) -> ScheduleSpec {
+    let mut s = spec(Timing::Cron {
+        expr: "* * * * *".into(),
+        timezone: "UTC".into(),
+        dst_gap: Default::default(),
+        dst_fold: Default::default(),
+    });
+    s.misfire = misfire;
+    s
+}
+
+async fn misfire_policies_after_outages(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "node-a");
+    let lateness = SignedDuration::from_secs(90);
+    let t0 = ts("2026-06-01T00:00:00Z");
+    for (outage, label) in [(600, "10 minutes"), (3 * 86_400, "3 days")] {
+        let start = plus(t0, if outage == 600 { 0 } else { 86_400 });
+        let skip = s
+            .create(
+                env.tenant,
+                every_minute(Misfire::Skip {
+                    max_lateness: lateness,
+                }),
+                Some(start),
+            )
+            .await
+            .unwrap()
+            .record
+            .id;
+        let once = s
+            .create(
+                env.tenant,
+                every_minute(Misfire::FireOnce {
+                    max_lateness: lateness,
+                }),
+                Some(start),
+            )
+            .await
+            .unwrap()
+            .record
+            .id;
+        let catchup = s
+            .create(
+                env.tenant,
+                every_minute(Misfire::Catchup {
+                    max_lateness: lateness,
+                    max: 3,
+                    interval: SignedDuration::from_secs(10),
+                }),
+                Some(start),
+            )
+            .await
+            .unwrap()
+            .record
+            .id;
+        // The planner is down from `start` (nothing planned) until `start + outage`.
+        let back = plus(start, outage);
+        p.tick(Some(back)).await.unwrap();
+        // Instants start+60 … : late are those older than back - 90 s.
+        let late = (outage - 90 - 1) / 60; // minute instants in (start, back - 90)
+        let late = late + 1; // `start` itself is an instant (created at a whole minute)
+        for (id, runs) in [(skip, 0u64), (once, 1), (catchup, 3)] {
+            let occ = occurrences(&env, id).await;
+            let missed_rows = occ
+                .iter()
+                .filter(|o| o.state == OccurrenceState::Missed)
+                .count() as u64;
+            let summary = env
+                .store
+                .missed_range_list(MissedRangeList {
+                    tenant: env.tenant,
+                    schedule_id: id,
+                })
+                .await
+                .unwrap();
+            let summarized: u64 = summary.iter().map(|m| m.count).sum();
+            assert_eq!(
+                missed_rows + summarized,
+                late as u64 - runs,
+                "{label}: every late instant is on record"
+            );
+            let late_runs: Vec<_> = occ
+                .iter()
+                .filter(|o| o.state != OccurrenceState::Missed && o.scheduled_for < plus(back, -90))
+                .collect();
+            assert_eq!(late_runs.len() as u64, runs, "{label}");
+            // The runs are the latest late instants, available from now on, spaced for catch-up.
+            for (j, r) in late_runs.iter().enumerate() {
+                assert_eq!(
+                    r.scheduled_for,
+                    plus(start, (late - runs as i64 + j as i64) * 60),
+                    "{label}"
+                );
+                let spacing = if runs == 3 { 10 * j as i64 } else { 0 };
+                assert_eq!(r.available_at, plus(back, spacing));
+            }
+            if outage == 600 {
+                assert!(summary.is_empty(), "short gaps are recorded row by row");
+            } else {
+                assert_eq!(summary.len(), 1, "a 3-day gap is one summary record");
+                assert!(missed_rows == 0 && summary[0].count_exact);
+            }
+            // Instants after the cutoff run normally, up to the horizon.
+            let timely = occ
+                .iter()
+                .filter(|o| o.scheduled_for >= plus(back, -90))
+                .count();
+            assert!(timely >= 16, "{label}: {timely}");
+        }
+    }
+}
+both!(misfire_policies_after_outages);
+
+async fn pause_then_resume_applies_the_misfire_policy(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "node-a");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let id = s
+        .create(
+            env.tenant,
+            every_minute(Misfire::FireOnce {
+                max_lateness: SignedDuration::from_secs(30),
+            }),
+            Some(t0),
+        )
+        .await
+        .unwrap()
+        .record
+        .id;
+    p.tick(Some(t0)).await.unwrap(); // plans 00:00 .. 00:15
+    let (view, change) = s
+        .transition(env.tenant, id, ScheduleState::Paused, Some(plus(t0, 1)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (view.record.state, view.record.version),
+        (ScheduleState::Paused, 2)
+    );
+    assert_eq!(
+        change.canceled, 16,
+        "00:00 … 00:15 were planned and never claimed"
+    );
+    assert!(change.in_flight.is_empty());
+    p.tick(Some(plus(t0, 3600))).await.unwrap();
+    assert!(
+        occurrences(&env, id)
+            .await
+            .iter()
+            .all(|o| o.scheduled_for <= plus(t0, 900)),
+        "nothing planned while paused"
+    );
+    let (view, _) = s
+        .transition(env.tenant, id, ScheduleState::Active, Some(plus(t0, 3600)))
+        .await
+        .unwrap();
+    assert_eq!(view.record.state, ScheduleState::Active);
+    p.tick(Some(plus(t0, 3600))).await.unwrap();
+    let occ = occurrences(&env, id).await;
+    let v2: Vec<_> = occ.iter().filter(|o| o.version == 2).collect();
+    // Planning restarts at the first canceled instant: 00:00 … 00:59 are late (60), FIRE_ONCE
+    // runs 00:59 and records 59 MISSED; then 01:00 … 01:15 run on time.
+    assert_eq!(
+        v2.iter()
+            .filter(|o| o.state == OccurrenceState::Missed)
+            .count(),
+        59
+    );
+    assert!(
+        occ.iter()
+            .filter(|o| o.version == 1)
+            .all(|o| o.state == OccurrenceState::Canceled)
+    );
+    assert!(
+        v2.iter()
+            .any(|o| o.scheduled_for == plus(t0, 59 * 60) && o.available_at == plus(t0, 3600))
+    );
+    assert_eq!(
+        v2.iter()
+            .filter(|o| o.scheduled_for >= plus(t0, 3600))
+            .count(),
+        16
+    );
+}
+both!(pause_then_resume_applies_the_misfire_policy);

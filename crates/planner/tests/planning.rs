@@ -1,0 +1,135 @@
+//! Stepping the clock through DST transitions: exactly the calendar's instants, no more.
+
+use std::collections::BTreeSet;
+
+use campanile_calendar::{DstFold, DstGap, DstPolicy};
+use campanile_planner::calendar_of;
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::both;
+use crate::harness::*;
+
+async fn dst_days_materialize_exactly_the_calendar(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "node-a");
+    for (start, end) in [
+        ("2026-03-07T00:00:00Z", "2026-03-10T00:00:00Z"),
+        ("2026-10-31T00:00:00Z", "2026-11-03T00:00:00Z"),
+    ] {
+        let (start, end) = (ts(start), ts(end));
+        let specs = vec![
+            cron("30 2 * * *", "America/New_York", DstPolicy::default()),
+            cron(
+                "*/30 1-2 * * *",
+                "America/New_York",
+                DstPolicy {
+                    gap: DstGap::Shift,
+                    fold: DstFold::Twice,
+                },
+            ),
+            cron(
+                "15 2 * * *",
+                "Australia/Lord_Howe",
+                DstPolicy {
+                    gap: DstGap::Shift,
+                    fold: DstFold::Once,
+                },
+            ),
+            cron("0 9 * * *", "Europe/Paris", DstPolicy::default()),
+            cron("0 0 * * *", "America/Santiago", DstPolicy::default()),
+            spec(Timing::At(plus(start, 30_000))),
+            spec(Timing::Every {
+                period: SignedDuration::from_mins(47),
+                anchor: start,
+            }),
+        ];
+        let mut created = Vec::new();
+        for sp in specs {
+            let v = s.create(env.tenant, sp.clone(), Some(start)).await.unwrap();
+            created.push((v.record.id, calendar_of(&sp).unwrap()));
+        }
+        let mut now = start;
+        while now < end {
+            p.tick(Some(now)).await.unwrap();
+            now = plus(now, 600);
+        }
+        let last_planned = plus(plus(now, -600), 15 * 60); // horizon of the last tick
+        for (id, cal) in created {
+            let want: BTreeSet<Timestamp> = cal
+                .iter_after(start.checked_sub(SignedDuration::from_nanos(1)).unwrap())
+                .take_while(|t| *t <= last_planned)
+                .collect();
+            let got = instants(&env, id).await;
+            assert_eq!(got, want, "schedule {id}");
+            let occ = occurrences(&env, id).await;
+            assert!(
+                occ.iter()
+                    .all(|o| o.available_at == o.scheduled_for && o.version == 1)
+            );
+        }
+    }
+}
+both!(dst_days_materialize_exactly_the_calendar);
+
+async fn next_fires_and_first_instant(env: Env) {
+    let s = schedules(&env);
+    let now = ts("2026-03-07T00:00:00Z");
+    let v = s
+        .create(
+            env.tenant,
+            cron("30 2 * * *", "America/New_York", DstPolicy::default()),
+            Some(now),
+        )
+        .await
+        .unwrap();
+    let fires: Vec<String> = v.next_fires.iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        &fires[..3],
+        [
+            "2026-03-07T07:30:00Z",
+            "2026-03-09T06:30:00Z",
+            "2026-03-10T06:30:00Z"
+        ]
+    );
+    assert_eq!(v.record.next_run_at, Some(ts("2026-03-07T07:30:00Z")));
+    assert_eq!(
+        (v.record.version, v.record.state),
+        (1, ScheduleState::Active)
+    );
+    // A one-off in the past is refused under SKIP, accepted under FIRE_ONCE.
+    let past = spec(Timing::At(plus(now, -60)));
+    assert!(s.create(env.tenant, past.clone(), Some(now)).await.is_err());
+    let mut fire_once = past;
+    fire_once.misfire = campanile_core::Misfire::FireOnce {
+        max_lateness: SignedDuration::from_secs(30),
+    };
+    let v = s.create(env.tenant, fire_once, Some(now)).await.unwrap();
+    planner(&env, "n").tick(Some(now)).await.unwrap();
+    let occ = occurrences(&env, v.record.id).await;
+    assert_eq!(occ.len(), 1);
+    assert_eq!(
+        (occ[0].state, occ[0].available_at),
+        (campanile_core::OccurrenceState::Ready, now)
+    );
+    // Bad definitions say what is wrong.
+    let bad = s
+        .create(
+            env.tenant,
+            cron("0 25 * * *", "UTC", DstPolicy::default()),
+            Some(now),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("hour"), "{bad}");
+    let bad = s
+        .create(
+            env.tenant,
+            cron("0 1 * * *", "Mars/Base", DstPolicy::default()),
+            Some(now),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("Mars/Base"), "{bad}");
+}
+both!(next_fires_and_first_instant);
