@@ -7,10 +7,12 @@
 //! - [`Planner`]: holds shard leases and commits planning batches, fenced by those leases; its
 //!   loop wakes for the next due instant.
 
+mod engine;
 pub mod materialize;
 mod planner;
 pub mod schedules;
 
+pub use engine::{Engine, SweepConfig};
 pub use planner::{Planner, PlannerConfig, TickReport};
 
 use campanile_calendar::{Calendar, CalendarError, DstPolicy};

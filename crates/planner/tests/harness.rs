@@ -53,6 +53,59 @@ pub(crate) async fn sqlite() -> Option<Env> {
     })
 }
 
+/// A SQLite store at a given path (for tests that share it with child processes).
+pub(crate) async fn sqlite_at(path: &std::path::Path) -> Env {
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(path).unwrap());
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "acme".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    Env {
+        store,
+        tenant,
+        _guard: Box::new(()),
+    }
+}
+
+/// A PostgreSQL store in a fresh schema, with the schema's name for child processes.
+pub(crate) async fn postgres_named() -> Option<(Env, String)> {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL planner test)");
+        return None;
+    };
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let pg = PgStore::connect_with(
+        &url,
+        PgOptions {
+            schema: Some(schema.clone()),
+            pool_size: 10,
+        },
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(pg.clone());
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "acme".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    Some((
+        Env {
+            store,
+            tenant,
+            _guard: Box::new(DropSchema(pg)),
+        },
+        schema,
+    ))
+}
+
 pub(crate) async fn postgres() -> Option<Env> {
     let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
         eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL planner test)");

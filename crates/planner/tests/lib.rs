@@ -2,9 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod engine;
 mod harness;
 mod lifecycle;
 mod misfire;
 mod overlap;
 mod planning;
+mod processes;
 mod races;

@@ -1,0 +1,103 @@
+//! The background work of a node: the planning loop and the recovery sweep, side by side.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use campanile_store::{LeaseSweep, Store};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::{Planner, PlannerConfig};
+
+/// Recovery sweep settings.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepConfig {
+    /// Pause between sweeps when there was nothing to do.
+    pub interval: Duration,
+    /// Occurrences per sweep transaction.
+    pub batch: u32,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        SweepConfig {
+            interval: Duration::from_millis(500),
+            batch: 1_000,
+        }
+    }
+}
+
+/// A running planner and sweeper; stop them with [`Engine::shutdown`].
+#[derive(Debug)]
+pub struct Engine {
+    planner: Arc<Planner>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the planning loop and the recovery sweep on the current tokio runtime.
+    pub fn start(store: Arc<dyn Store>, planner: PlannerConfig, sweep: SweepConfig) -> Engine {
+        let (stop, rx) = watch::channel(false);
+        let planner = Arc::new(Planner::new(store.clone(), planner));
+        let tasks = vec![
+            tokio::spawn(planner.clone().run(rx.clone())),
+            tokio::spawn(sweeper(store, sweep, rx)),
+        ];
+        Engine {
+            planner,
+            stop,
+            tasks,
+        }
+    }
+
+    /// The planner (to [`Planner::notify`] it after creating a schedule).
+    pub fn planner(&self) -> &Arc<Planner> {
+        &self.planner
+    }
+
+    /// Stops planning and sweeping, releases the shard leases, and waits for both loops.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Re-readies (or buries) occurrences whose lease expired, in bounded batches, until told to
+/// stop. Keeps sweeping without pause while there is a backlog.
+async fn sweeper(store: Arc<dyn Store>, cfg: SweepConfig, mut stop: watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let pause = match store
+            .lease_sweep(LeaseSweep {
+                limit: cfg.batch,
+                now: None,
+            })
+            .await
+        {
+            Ok(r) if r.requeued + r.dead >= u64::from(cfg.batch) => Duration::ZERO,
+            Ok(r) => {
+                if r.requeued + r.dead > 0 {
+                    tracing::info!(
+                        requeued = r.requeued,
+                        dead = r.dead,
+                        "expired leases recovered"
+                    );
+                }
+                cfg.interval
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "recovery sweep failed; retrying");
+                Duration::from_secs(1)
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
