@@ -1,6 +1,7 @@
 //! `campanile bench …`: benchmarks with a progress bar, a human summary, and with `--json`
 //! one JSON object of figures as the last line of stdout.
 
+mod plan;
 mod store;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -12,6 +13,8 @@ use crate::CliError;
 pub(crate) enum BenchCommand {
     /// Claim + complete throughput of the store itself, at several batch sizes.
     Store(store::StoreArgs),
+    /// Occurrences materialized per second, and a planning pass at N vs M stored schedules.
+    Plan(plan::PlanArgs),
 }
 
 /// The backend a benchmark runs on.
@@ -41,5 +44,6 @@ pub(crate) struct Common {
 pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
         BenchCommand::Store(args) => store::run(args),
+        BenchCommand::Plan(args) => plan::run(args),
     }
 }

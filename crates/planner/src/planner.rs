@@ -1,7 +1,10 @@
 //! The planning loop: shard leases, batches, fenced commits, waking for the next due instant.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use campanile_calendar::Calendar;
 
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
@@ -42,6 +45,12 @@ impl PlannerConfig {
 /// What one [`Planner::tick`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TickReport {
+    /// Time spent reading due schedules.
+    pub read: Duration,
+    /// Time spent deciding (calendar arithmetic, misfire).
+    pub decide: Duration,
+    /// Time spent committing batches.
+    pub commit: Duration,
     /// Shards held after acquiring.
     pub shards: usize,
     /// Schedules advanced.
@@ -116,9 +125,12 @@ impl Planner {
             ..TickReport::default()
         };
         let before = now.checked_add(self.cfg.horizon).unwrap_or(Timestamp::MAX);
+        // Many schedules share a timing; parse each distinct one once per pass.
+        let mut calendars: HashMap<Timing, Result<Calendar, String>> = HashMap::new();
         for lease in leases {
             // Bounded: each round either advances schedules or stops.
             for _ in 0..10_000 {
+                let t_read = std::time::Instant::now();
                 let due = self
                     .store
                     .schedule_due(ScheduleDueList {
@@ -130,9 +142,16 @@ impl Planner {
                 if due.is_empty() {
                     break;
                 }
+                report.read += t_read.elapsed();
                 let full = due.len() as u32 == self.cfg.batch;
-                let items = due.iter().map(|d| self.item(d, now)).collect();
-                match self
+                let t_decide = std::time::Instant::now();
+                let items = due
+                    .iter()
+                    .map(|d| self.item(d, now, &mut calendars))
+                    .collect();
+                report.decide += t_decide.elapsed();
+                let t_commit = std::time::Instant::now();
+                let committed = self
                     .store
                     .plan_commit(PlanCommit {
                         node: self.cfg.node.clone(),
@@ -141,8 +160,9 @@ impl Planner {
                         items,
                         now: Some(now),
                     })
-                    .await
-                {
+                    .await;
+                report.commit += t_commit.elapsed();
+                match committed {
                     Ok(r) => {
                         report.planned += r.applied;
                         report.inserted += r.inserted;
@@ -163,14 +183,22 @@ impl Planner {
         Ok(report)
     }
 
-    fn item(&self, d: &DueSchedule, now: Timestamp) -> PlanItem {
-        let (occurrences, missed, next_run_at) = match calendar_of(&d.spec) {
+    fn item(
+        &self,
+        d: &DueSchedule,
+        now: Timestamp,
+        calendars: &mut HashMap<Timing, Result<Calendar, String>>,
+    ) -> PlanItem {
+        let cal = calendars
+            .entry(d.spec.timing.clone())
+            .or_insert_with(|| calendar_of(&d.spec).map_err(|e| e.to_string()));
+        let (occurrences, missed, next_run_at) = match cal {
             Ok(cal) => {
                 let p = plan(&Input {
                     id: d.id,
                     version: d.version,
                     spec: &d.spec,
-                    calendar: &cal,
+                    calendar: cal,
                     next_run_at: d.next_run_at,
                     now,
                     horizon: self.cfg.horizon,

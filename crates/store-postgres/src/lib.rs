@@ -198,6 +198,10 @@ impl Store for PgStore {
         ops::schedule_create(&mut self.client().await?, p).await
     }
 
+    async fn schedule_create_many(&self, p: ScheduleCreateMany) -> Result<u64, StoreError> {
+        schedules::schedule_create_many(&mut self.client().await?, p).await
+    }
+
     async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError> {
         ops::occurrence_insert_many(&mut self.client().await?, p).await
     }

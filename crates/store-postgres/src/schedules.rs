@@ -307,28 +307,48 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
             p.node, p.shard, p.shard_epoch
         )));
     }
-    let mut report = PlanReport::default();
-    for item in &p.items {
-        let moved = execute(
-            &tx,
-            "UPDATE schedules SET next_run_at = $4, updated_at = $5
-              WHERE id = $1 AND version = $2 AND next_run_at = $3 AND state = 'ACTIVE' AND tenant_id = $6",
-            &[
-                &item.schedule_id.0,
-                &i32_of(item.version),
-                &item.expected_next_run_at.as_millisecond(),
-                &item.next_run_at.map(|t| t.as_millisecond()),
-                &now,
-                &item.tenant.0,
-            ],
-        )
-        .await?;
-        if moved == 0 {
-            report.stale += 1;
-            continue;
-        }
-        report.applied += 1;
-        report.inserted += insert_occurrences(&tx, item.tenant, &item.occurrences, now).await?;
+    // Advance every schedule still at the planned version and position, in one statement;
+    // the rows it returns are the items that apply.
+    let ids: Vec<Uuid> = p.items.iter().map(|i| i.schedule_id.0).collect();
+    let tenants: Vec<i64> = p.items.iter().map(|i| i.tenant.0).collect();
+    let versions: Vec<i32> = p.items.iter().map(|i| i32_of(i.version)).collect();
+    let expected: Vec<i64> = p
+        .items
+        .iter()
+        .map(|i| i.expected_next_run_at.as_millisecond())
+        .collect();
+    let next: Vec<Option<i64>> = p
+        .items
+        .iter()
+        .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
+        .collect();
+    let moved = query(
+        &tx,
+        "UPDATE schedules s SET next_run_at = u.next, updated_at = $6
+           FROM unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]) AS u(id, tenant, version, expected, next)
+          WHERE s.id = u.id AND s.tenant_id = u.tenant AND s.version = u.version AND s.next_run_at = u.expected
+            AND s.state = 'ACTIVE'
+         RETURNING s.id",
+        &[&ids, &tenants, &versions, &expected, &next, &now],
+    )
+    .await?;
+    let applied: std::collections::HashSet<Uuid> = moved.iter().map(|r| r.get(0)).collect();
+    let mut report = PlanReport {
+        applied: applied.len() as u64,
+        stale: (p.items.len() - applied.len()) as u64,
+        inserted: 0,
+    };
+    let mut by_tenant: std::collections::BTreeMap<i64, Vec<NewOccurrence>> =
+        std::collections::BTreeMap::new();
+    for item in p
+        .items
+        .iter()
+        .filter(|i| applied.contains(&i.schedule_id.0))
+    {
+        by_tenant
+            .entry(item.tenant.0)
+            .or_default()
+            .extend(item.occurrences.iter().cloned());
         if let Some(m) = &item.missed {
             execute(
                 &tx,
@@ -347,6 +367,9 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
             )
             .await?;
         }
+    }
+    for (tenant, occurrences) in by_tenant {
+        report.inserted += insert_occurrences(&tx, TenantId(tenant), &occurrences, now).await?;
     }
     tx.commit().await.map_err(pg_err)?;
     Ok(report)
@@ -464,4 +487,46 @@ pub(crate) async fn missed_range_list(c: &Client, p: MissedRangeList) -> R<Vec<M
         })
     })
     .collect()
+}
+
+pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) -> R<u64> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    let mut n = 0;
+    for chunk in p.items.chunks(10_000) {
+        let ids: Vec<Uuid> = chunk.iter().map(|(id, _, _)| id.0).collect();
+        let shards: Vec<i32> = chunk.iter().map(|(_, s, _)| *s).collect();
+        let nexts: Vec<Option<i64>> = chunk
+            .iter()
+            .map(|(_, _, t)| t.map(|t| t.as_millisecond()))
+            .collect();
+        n += execute(
+            &tx,
+            "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+             SELECT u.id, $1, 1, 'ACTIVE', u.shard, u.next, $2, $2
+               FROM unnest($3::uuid[], $4::int4[], $5::int8[]) AS u(id, shard, next)",
+            &[&p.tenant.0, &now, &ids, &shards, &nexts],
+        )
+        .await?;
+        // Version rows: the first one written normally, the rest copied from it.
+        let (first, rest) = ids
+            .split_first()
+            .ok_or_else(|| StoreError::Invalid("empty chunk".into()))?;
+        version_insert(&tx, ScheduleId(*first), 1, &p.spec, now).await?;
+        execute(
+            &tx,
+            "INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, dst_gap, dst_fold,
+                 at, every_ms, anchor, queue, payload, priority, lease_ms, max_attempts,
+                 backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, created_at)
+             SELECT u.id, 1, kind, cron, timezone, dst_gap, dst_fold, at, every_ms, anchor, queue, payload,
+                    priority, lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap,
+                    flex_window_ms, created_at
+               FROM schedule_versions v, unnest($2::uuid[]) AS u(id)
+              WHERE v.schedule_id = $1 AND v.version = 1",
+            &[first, &rest.to_vec()],
+        )
+        .await?;
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(n)
 }

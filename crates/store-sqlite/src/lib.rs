@@ -166,6 +166,12 @@ impl Store for SqliteStore {
         self.write(move |c| ops::schedule_create(c, &p, now)).await
     }
 
+    async fn schedule_create_many(&self, p: ScheduleCreateMany) -> Result<u64, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::schedule_create_many(c, &p, now))
+            .await
+    }
+
     async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError> {
         let now = self.now(p.now);
         self.write(move |c| ops::occurrence_insert_many(c, &p, now))

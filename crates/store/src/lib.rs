@@ -37,6 +37,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Creates a schedule at version 1 with its first version's definition.
     async fn schedule_create(&self, p: ScheduleCreate) -> Result<(), StoreError>;
 
+    /// Creates many schedules sharing one definition, in one transaction per call.
+    async fn schedule_create_many(&self, p: ScheduleCreateMany) -> Result<u64, StoreError>;
+
     /// Inserts planned occurrences. Duplicates of `(schedule_id, version, scheduled_for)`
     /// are ignored (the unique key decides); returns how many rows were new.
     async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError>;

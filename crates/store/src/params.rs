@@ -341,3 +341,17 @@ pub struct MissedRangeList {
     /// Which schedule.
     pub schedule_id: ScheduleId,
 }
+
+/// Params of [`crate::Store::schedule_create_many`]: many schedules sharing one definition
+/// (bulk provisioning, benchmarks).
+#[derive(Debug, Clone)]
+pub struct ScheduleCreateMany {
+    /// Owner of all.
+    pub tenant: TenantId,
+    /// The shared version-1 definition.
+    pub spec: ScheduleSpec,
+    /// `(id, shard, next_run_at)` per schedule.
+    pub items: Vec<(ScheduleId, i32, Option<Timestamp>)>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}

@@ -22,7 +22,7 @@ pub struct Tenant {
 }
 
 /// When a schedule version fires.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Timing {
     /// A cron expression in an IANA zone.

@@ -165,30 +165,13 @@ impl CronExpr {
         for (field, text) in FIELDS.iter().zip(&raw) {
             normalized.push(normalize_field(*field, text)?);
         }
-        // Let croner judge each token on its own, so that an error names exactly one token.
-        for (i, field) in FIELDS.iter().enumerate() {
-            let originals: Vec<&str> = raw[i].split(',').collect();
-            for (j, token) in normalized[i].split(',').enumerate() {
-                let mut probe: Vec<&str> = vec!["*"; 6];
-                probe[i] = token;
-                if let Err(e) = parser().parse(&probe.join(" ")) {
-                    return Err(CalendarError::InvalidToken {
-                        field: *field,
-                        token: originals.get(j).copied().unwrap_or(token).to_string(),
-                        reason: croner_reason(&e),
-                    });
-                }
-            }
-        }
+        // One parse of the whole (normalized) pattern; only when it fails, let croner judge
+        // each token on its own so that the error names exactly one field and token.
         let joined = normalized.join(" ");
-        let pattern = parser()
-            .parse(&joined)
-            .map_err(|e| CalendarError::InvalidToken {
-                field: Field::DayOfWeek,
-                token: raw[5].to_string(),
-                reason: croner_reason(&e),
-            })?
-            .pattern;
+        let pattern = match parser().parse(&joined) {
+            Ok(cron) => cron.pattern,
+            Err(whole) => return Err(blame_token(&raw, &normalized, &whole)),
+        };
 
         let expr = CronExpr {
             source: source.to_string(),
@@ -270,6 +253,33 @@ impl CronExpr {
             }
         }
         false
+    }
+}
+
+/// Finds the token croner refuses, by trying each one alone in an otherwise all-`*` pattern.
+fn blame_token(
+    raw: &[&str],
+    normalized: &[String],
+    whole: &croner::errors::CronError,
+) -> CalendarError {
+    for (i, field) in FIELDS.iter().enumerate() {
+        let originals: Vec<&str> = raw[i].split(',').collect();
+        for (j, token) in normalized[i].split(',').enumerate() {
+            let mut probe: Vec<&str> = vec!["*"; 6];
+            probe[i] = token;
+            if let Err(e) = parser().parse(&probe.join(" ")) {
+                return CalendarError::InvalidToken {
+                    field: *field,
+                    token: originals.get(j).copied().unwrap_or(token).to_string(),
+                    reason: croner_reason(&e),
+                };
+            }
+        }
+    }
+    CalendarError::InvalidToken {
+        field: Field::DayOfWeek,
+        token: raw[5].to_string(),
+        reason: croner_reason(whole),
     }
 }
 

@@ -74,18 +74,7 @@ async fn run_async(args: StoreArgs) -> Result<(), CliError> {
         results.push(rate);
     }
     if let Some(schema) = &schema {
-        let pg = campanile_store_postgres::PgStore::connect_with(
-            &database,
-            campanile_store_postgres::PgOptions {
-                schema: Some(schema.clone()),
-                pool_size: 1,
-            },
-        )
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))?;
-        pg.drop_schema()
-            .await
-            .map_err(|e| CliError::runtime(e.to_string()))?;
+        db::drop_pg_schema(&database, schema).await?;
     }
 
     println!(

@@ -1,0 +1,215 @@
+//! `campanile bench plan`: materialization throughput, and the cost of a planning pass as
+//! the number of stored schedules grows while the number due stays the same.
+//!
+//! For each `--schedules N`: a fresh database gets N hourly schedules, of which `--due M` are
+//! due at the next planning pass and the rest a year later. One timed planner pass then
+//! materializes the M due occurrences. If the pass costs the same at 20k and at 2M stored
+//! schedules, cost follows the work due, not the size of the table.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use campanile_calendar::{DstFold, DstGap};
+use campanile_core::{Misfire, Overlap, ScheduleId};
+use campanile_planner::{Planner, PlannerConfig, shard_of};
+use campanile_store::*;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use super::{Backend, Common};
+use crate::{CliError, db};
+
+/// Arguments of `campanile bench plan`.
+#[derive(Debug, Args)]
+pub(crate) struct PlanArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Stored schedules, one run per value (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "20000,2000000")]
+    schedules: Vec<u32>,
+    /// Schedules due at the timed pass (the same for every run).
+    #[arg(long, default_value_t = 10_000)]
+    due: u32,
+    /// Planner shards.
+    #[arg(long, default_value_t = 16)]
+    shards: u32,
+    /// Schedules per planning batch (one transaction).
+    #[arg(long, default_value_t = 1_000)]
+    batch: u32,
+}
+
+pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
+    if args.schedules.iter().any(|n| *n < args.due)
+        || args.due == 0
+        || args.shards == 0
+        || args.batch == 0
+    {
+        return Err(CliError::usage(
+            "--due must be positive and at most every --schedules value; --shards and --batch must be positive",
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(async {
+        let mut runs = Vec::new();
+        for &n in &args.schedules {
+            runs.push(one(&args, n).await?);
+        }
+        println!("campanile bench plan — {:?}, {} due per pass, {} shards", args.common.backend, args.due, args.shards);
+        println!("{:>10}  {:>10}  {:>12}  {:>16}  {:>10}", "schedules", "seed s", "pass s", "occurrences/s", "B/sched");
+        for r in &runs {
+            println!(
+                "{:>10}  {:>10.2}  {:>12.3}  {:>16.0}  {:>10}",
+                r["schedules"],
+                r["seed_seconds"].as_f64().unwrap_or(0.0),
+                r["pass_seconds"].as_f64().unwrap_or(0.0),
+                r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
+                r["db_bytes_per_schedule"].as_f64().map_or("-".to_string(), |b| format!("{b:.0}")),
+            );
+        }
+        let passes: Vec<f64> = runs.iter().filter_map(|r| r["pass_seconds"].as_f64()).collect();
+        let ratio = match (passes.first(), passes.last()) {
+            (Some(a), Some(b)) if *a > 0.0 => b / a,
+            _ => 1.0,
+        };
+        if passes.len() > 1 {
+            println!("largest / smallest pass time: {ratio:.2}x");
+        }
+        if args.common.json {
+            println!("{}", json!({ "bench": "plan", "backend": args.common.backend, "due": args.due, "shards": args.shards, "runs": runs, "pass_ratio_largest_to_smallest": ratio }));
+        }
+        Ok(())
+    })
+}
+
+async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
+    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+    let tmp = tempfile::tempdir()
+        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
+    let sqlite_path = tmp.path().join("bench-plan.db");
+    let (database, schema) = match args.common.backend {
+        Backend::Sqlite => (sqlite_path.display().to_string(), None),
+        Backend::Postgres => {
+            let url = args.common.database.clone().ok_or_else(|| {
+                CliError::usage("--backend postgres needs --database postgres://…")
+            })?;
+            (
+                url,
+                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
+            )
+        }
+    };
+    let store = db::open(&database, schema.clone()).await?;
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "bench".into(),
+            now: None,
+        })
+        .await
+        .map_err(err)?
+        .id;
+    // A fixed top of the hour; the pass runs a minute before it.
+    let at: Timestamp = "2030-01-01T00:00:00Z"
+        .parse()
+        .map_err(|e| CliError::runtime(format!("{e}")))?;
+    let now = at
+        .checked_sub(SignedDuration::from_secs(60))
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let later = at
+        .checked_add(SignedDuration::from_hours(24 * 365))
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let spec = ScheduleSpec {
+        timing: Timing::Cron {
+            expr: "0 * * * *".into(),
+            timezone: "UTC".into(),
+            dst_gap: DstGap::Skip,
+            dst_fold: DstFold::Once,
+        },
+        queue: "bench".into(),
+        payload: Some("{\"report\":\"hourly\"}".into()),
+        priority: 0,
+        lease: SignedDuration::from_secs(60),
+        max_attempts: 3,
+        backoff_initial: SignedDuration::from_secs(1),
+        backoff_max: SignedDuration::from_secs(60),
+        misfire: Misfire::default(),
+        overlap: Overlap::Allow,
+        flex_window: SignedDuration::ZERO,
+    };
+    let bar = ProgressBar::new(u64::from(n));
+    bar.set_style(
+        ProgressStyle::with_template("seeding {pos}/{len} schedules [{bar:40}] {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let seed_start = Instant::now();
+    let mut made = 0u32;
+    while made < n {
+        let chunk = (n - made).min(50_000);
+        let items = (made..made + chunk)
+            .map(|i| {
+                let id = ScheduleId(uuid::Uuid::now_v7());
+                // Spread the due ones evenly through the table, not at its end.
+                let due = u64::from(i) * u64::from(args.due) / u64::from(n)
+                    != (u64::from(i) + 1) * u64::from(args.due) / u64::from(n);
+                (
+                    id,
+                    shard_of(id, args.shards),
+                    Some(if due { at } else { later }),
+                )
+            })
+            .collect();
+        store
+            .schedule_create_many(ScheduleCreateMany {
+                tenant,
+                spec: spec.clone(),
+                items,
+                now: Some(now),
+            })
+            .await
+            .map_err(err)?;
+        made += chunk;
+        bar.inc(u64::from(chunk));
+    }
+    bar.finish_and_clear();
+    let seed_seconds = seed_start.elapsed().as_secs_f64();
+    let bytes = match args.common.backend {
+        Backend::Sqlite => db::sqlite_size(&sqlite_path),
+        Backend::Postgres => None,
+    };
+
+    let mut cfg = PlannerConfig::new("bench");
+    cfg.shards = args.shards;
+    cfg.batch = args.batch;
+    let planner = Planner::new(Arc::clone(&store), cfg);
+    let started = Instant::now();
+    let report = planner
+        .tick(Some(now))
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let pass = started.elapsed().as_secs_f64();
+    if report.inserted != u64::from(args.due) {
+        return Err(CliError::runtime(format!(
+            "the pass materialized {} occurrences, expected {}",
+            report.inserted, args.due
+        )));
+    }
+    if let Some(schema) = schema {
+        db::drop_pg_schema(&database, &schema).await?;
+    }
+    Ok(json!({
+        "schedules": n,
+        "due": args.due,
+        "seed_seconds": seed_seconds,
+        "pass_seconds": pass,
+        "occurrences": report.inserted,
+        "occurrences_per_sec": report.inserted as f64 / pass,
+        "read_seconds": report.read.as_secs_f64(),
+        "decide_seconds": report.decide.as_secs_f64(),
+        "commit_seconds": report.commit.as_secs_f64(),
+        "db_bytes_per_schedule": bytes.map(|b| b as f64 / f64::from(n)),
+    }))
+}
