@@ -30,8 +30,21 @@ CREATE TABLE schedules (
     created_at   BIGINT  NOT NULL,
     updated_at   BIGINT  NOT NULL
 );
-CREATE INDEX schedules_due ON schedules (shard, next_run_at)
-    WHERE state = 'ACTIVE' AND next_run_at IS NOT NULL;
+
+-- The planner's queue: one entry per ACTIVE schedule with an instant left to plan, keyed by
+-- shard and next_run_at. A planning pass only touches the front of each shard's queue (it
+-- deletes the entries it planned and inserts them again further back), so its cost follows
+-- the number of schedules due, not the number stored: no random row of `schedules` is
+-- written per pass. `schedules.next_run_at` is only a snapshot taken at lifecycle changes
+-- (and where a paused schedule resumes from); the queue is authoritative while active.
+CREATE TABLE schedule_queue (
+    shard        INTEGER NOT NULL,
+    next_run_at  BIGINT NOT NULL,
+    schedule_id  UUID NOT NULL,
+    version      INTEGER NOT NULL,      -- the version that will plan it: the fence of a pass
+    tenant_id    BIGINT NOT NULL,
+    PRIMARY KEY (shard, next_run_at, schedule_id)
+);
 CREATE INDEX schedules_tenant ON schedules (tenant_id, id);
 
 CREATE TABLE schedule_versions (

@@ -29,12 +29,25 @@ CREATE TABLE schedules (
     version      INTEGER NOT NULL,
     state        TEXT    NOT NULL,             -- ACTIVE | PAUSED | CANCELED
     shard        INTEGER NOT NULL,
-    next_run_at  INTEGER,                      -- NULL: nothing left to plan
+    next_run_at  INTEGER,                      -- snapshot; see schedule_queue
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX schedules_due ON schedules (shard, next_run_at)
-    WHERE state = 'ACTIVE' AND next_run_at IS NOT NULL;
+
+-- The planner's queue: one entry per ACTIVE schedule with an instant left to plan, keyed by
+-- shard and next_run_at. A planning pass only touches the front of each shard's queue (it
+-- deletes the entries it planned and inserts them again further back), so its cost follows
+-- the number of schedules due, not the number stored: no random row of `schedules` is
+-- written per pass. `schedules.next_run_at` is only a snapshot taken at lifecycle changes
+-- (and where a paused schedule resumes from); the queue is authoritative while active.
+CREATE TABLE schedule_queue (
+    shard        INTEGER NOT NULL,
+    next_run_at  INTEGER NOT NULL,
+    schedule_id  BLOB NOT NULL,
+    version      INTEGER NOT NULL,      -- the version that will plan it: the fence of a pass
+    tenant_id    INTEGER NOT NULL,
+    PRIMARY KEY (shard, next_run_at, schedule_id)
+) WITHOUT ROWID;
 CREATE INDEX schedules_tenant ON schedules (tenant_id, id);
 
 CREATE TABLE schedule_versions (

@@ -62,6 +62,15 @@ pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R
         ])
     })
     .map_err(db_err)?;
+    if let Some(next) = p.next_run_at {
+        let entry = crate::schedules::QueueEntry {
+            shard: p.shard,
+            id: p.id,
+            version: 1,
+            tenant: p.tenant,
+        };
+        crate::schedules::queue_insert(c, entry, next.as_millisecond())?;
+    }
     version_insert(c, p.id, 1, &p.spec, now)
 }
 

@@ -65,6 +65,44 @@ fn spec_row(r: &Row<'_>, at: usize) -> rusqlite::Result<R<ScheduleSpec>> {
     })())
 }
 
+/// Where a schedule stands in its shard's planning queue (a scan of one shard).
+fn queue_get(c: &Connection, shard: i32, id: ScheduleId) -> R<Option<i64>> {
+    c.prepare_cached("SELECT next_run_at FROM schedule_queue WHERE shard = ?1 AND schedule_id = ?2")
+        .and_then(|mut s| s.query_row(params![shard, id.0], |r| r.get(0)).optional())
+        .map_err(db_err)
+}
+
+/// A schedule's place in its shard's planning queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueEntry {
+    pub(crate) shard: i32,
+    pub(crate) id: ScheduleId,
+    pub(crate) version: u32,
+    pub(crate) tenant: TenantId,
+}
+
+/// Enters a schedule in its shard's queue at `next`.
+pub(crate) fn queue_insert(c: &Connection, e: QueueEntry, next: i64) -> R<()> {
+    c.prepare_cached(
+        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut s| s.execute(params![e.shard, next, e.id.0, e.version, e.tenant.0]))
+    .map(|_| ())
+    .map_err(db_err)
+}
+
+/// Puts a schedule at `next` in its shard's queue (or takes it out).
+pub(crate) fn queue_set(c: &Connection, e: QueueEntry, next: Option<i64>) -> R<()> {
+    c.prepare_cached("DELETE FROM schedule_queue WHERE shard = ?1 AND schedule_id = ?2")
+        .and_then(|mut s| s.execute(params![e.shard, e.id.0]))
+        .map_err(db_err)?;
+    if let Some(next) = next {
+        queue_insert(c, e, next)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn schedule_get(
     c: &Connection,
     tenant: TenantId,
@@ -95,6 +133,11 @@ pub(crate) fn schedule_get(
         .map_err(db_err)?;
     let Some(((id, tenant, version, state, shard, next, created, updated), spec)) = row else {
         return Ok(None);
+    };
+    let next = if state == "ACTIVE" {
+        queue_get(c, shard, ScheduleId(id))?
+    } else {
+        next
     };
     Ok(Some(ScheduleRecord {
         id: ScheduleId(id),
@@ -159,30 +202,29 @@ fn fence_reported(st: OccurrenceState, avail: i64, now: i64) -> OccurrenceState 
     campanile_store::fence::reported(st, avail, now)
 }
 
+/// `(version, state, shard, next_run_at)`, the latter from the queue while active.
 fn current(
     c: &Connection,
     tenant: TenantId,
     id: ScheduleId,
-) -> R<(u32, ScheduleState, Option<i64>)> {
-    let row: Option<(u32, String, Option<i64>)> = c
-        .prepare_cached(
-            "SELECT version, state, next_run_at FROM schedules WHERE id = ?1 AND tenant_id = ?2",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![id.0, tenant.0], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
-        })
+) -> R<(u32, ScheduleState, i32, Option<i64>)> {
+    let row: Option<(u32, String, i32, Option<i64>)> = c
+        .prepare_cached("SELECT version, state, shard, next_run_at FROM schedules WHERE id = ?1 AND tenant_id = ?2")
+        .and_then(|mut s| s.query_row(params![id.0, tenant.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional())
         .map_err(db_err)?;
-    let (v, st, next) = row.ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
+    let (v, st, shard, next) = row.ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
     let st = ScheduleState::parse(&st)
         .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{st}'")))?;
-    Ok((v, st, next))
+    let next = if st == ScheduleState::Active {
+        queue_get(c, shard, id)?
+    } else {
+        next
+    };
+    Ok((v, st, shard, next))
 }
 
 pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R<ScheduleChange> {
-    let (version, state, _) = current(c, p.tenant, p.id)?;
+    let (version, state, shard, _) = current(c, p.tenant, p.id)?;
     if version != p.expected_version {
         return Err(StoreError::VersionConflict { current: version });
     }
@@ -206,6 +248,15 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
         ])
     })
     .map_err(db_err)?;
+    if state == ScheduleState::Active {
+        let entry = QueueEntry {
+            shard,
+            id: p.id,
+            version: new,
+            tenant: p.tenant,
+        };
+        queue_set(c, entry, p.next_run_at.map(|t| t.as_millisecond()))?;
+    }
     let (canceled, _, in_flight) = retire_old_versions(c, p.id, new, now)?;
     let schedule = schedule_get(c, p.tenant, p.id)?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
@@ -221,7 +272,7 @@ pub(crate) fn schedule_transition(
     p: &ScheduleTransition,
     now: i64,
 ) -> R<ScheduleChange> {
-    let (version, state, next) = current(c, p.tenant, p.id)?;
+    let (version, state, shard, next) = current(c, p.tenant, p.id)?;
     let (canceled, in_flight) = match (state, p.to) {
         (ScheduleState::Canceled, _) => {
             return Err(StoreError::WrongState(format!(
@@ -256,6 +307,16 @@ pub(crate) fn schedule_transition(
             c.prepare_cached("UPDATE schedules SET version = ?2, state = ?3, next_run_at = ?4, updated_at = ?5 WHERE id = ?1")
                 .and_then(|mut s| s.execute(params![p.id.0, new, p.to.as_str(), next, now]))
                 .map_err(db_err)?;
+            queue_set(
+                c,
+                QueueEntry {
+                    shard,
+                    id: p.id,
+                    version: new,
+                    tenant: p.tenant,
+                },
+                None,
+            )?;
             (canceled, in_flight)
         }
         (ScheduleState::Paused, ScheduleState::Active) => {
@@ -264,6 +325,16 @@ pub(crate) fn schedule_transition(
             )
             .and_then(|mut s| s.execute(params![p.id.0, now]))
             .map_err(db_err)?;
+            queue_set(
+                c,
+                QueueEntry {
+                    shard,
+                    id: p.id,
+                    version,
+                    tenant: p.tenant,
+                },
+                next,
+            )?;
             (0, Vec::new())
         }
         // Already in the requested state: nothing to do.
@@ -280,14 +351,21 @@ pub(crate) fn schedule_transition(
 
 pub(crate) fn schedule_due(c: &Connection, p: &ScheduleDueList) -> R<Vec<DueSchedule>> {
     c.prepare_cached(&format!(
-        "SELECT s.id, s.tenant_id, s.version, s.next_run_at, {SPEC_COLS}
-           FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-          WHERE s.shard = ?1 AND s.state = 'ACTIVE' AND s.next_run_at IS NOT NULL AND s.next_run_at <= ?2
-          ORDER BY s.next_run_at LIMIT ?3"
+        "SELECT q.schedule_id, q.tenant_id, q.version, q.next_run_at, {SPEC_COLS}
+           FROM schedule_queue q
+           JOIN schedule_versions v ON v.schedule_id = q.schedule_id AND v.version = q.version
+          WHERE q.shard = ?1 AND q.next_run_at <= ?2
+          ORDER BY q.next_run_at LIMIT ?3"
     ))
     .and_then(|mut s| {
         s.query_map(params![p.shard, p.before.as_millisecond(), p.limit], |r| {
-            Ok((r.get::<_, Uuid>(0)?, r.get::<_, i64>(1)?, r.get::<_, u32>(2)?, r.get::<_, i64>(3)?, spec_row(r, 4)?))
+            Ok((
+                r.get::<_, Uuid>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, u32>(2)?,
+                r.get::<_, i64>(3)?,
+                spec_row(r, 4)?,
+            ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()
     })
@@ -296,7 +374,13 @@ pub(crate) fn schedule_due(c: &Connection, p: &ScheduleDueList) -> R<Vec<DueSche
     .map(|(id, tenant, version, next, spec)| {
         let mut spec = spec?;
         spec.payload = None;
-        Ok(DueSchedule { id: ScheduleId(id), tenant: TenantId(tenant), version, next_run_at: ts(next)?, spec })
+        Ok(DueSchedule {
+            id: ScheduleId(id),
+            tenant: TenantId(tenant),
+            version,
+            next_run_at: ts(next)?,
+            spec,
+        })
     })
     .collect()
 }
@@ -304,9 +388,7 @@ pub(crate) fn schedule_due(c: &Connection, p: &ScheduleDueList) -> R<Vec<DueSche
 pub(crate) fn schedule_next_due(c: &Connection, shards: &[i32]) -> R<Option<Timestamp>> {
     let mut best: Option<i64> = None;
     let mut stmt = c
-        .prepare_cached(
-            "SELECT MIN(next_run_at) FROM schedules WHERE shard = ?1 AND state = 'ACTIVE' AND next_run_at IS NOT NULL",
-        )
+        .prepare_cached("SELECT MIN(next_run_at) FROM schedule_queue WHERE shard = ?1")
         .map_err(db_err)?;
     for shard in shards {
         let m: Option<i64> = stmt
@@ -343,22 +425,34 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
     let mut items: Vec<&PlanItem> = p.items.iter().collect();
     items.sort_by_key(|i| i.schedule_id);
     for item in items {
+        // The fence per item: the queue entry the planner started from must still be there
+        // and the schedule still at the planned version; then it moves further back.
         let moved = c
             .prepare_cached(
-                "UPDATE schedules SET next_run_at = ?4, updated_at = ?5
-                  WHERE id = ?1 AND version = ?2 AND next_run_at = ?3 AND state = 'ACTIVE' AND tenant_id = ?6",
+                "DELETE FROM schedule_queue
+                  WHERE shard = ?1 AND next_run_at = ?2 AND schedule_id = ?3 AND version = ?4 AND tenant_id = ?5",
             )
             .and_then(|mut s| {
                 s.execute(params![
+                    p.shard,
+                    item.expected_next_run_at.as_millisecond(),
                     item.schedule_id.0,
                     item.version,
-                    item.expected_next_run_at.as_millisecond(),
-                    item.next_run_at.map(|t| t.as_millisecond()),
-                    now,
                     item.tenant.0
                 ])
             })
             .map_err(db_err)?;
+        if moved == 1 {
+            if let Some(next) = item.next_run_at {
+                let entry = QueueEntry {
+                    shard: p.shard,
+                    id: item.schedule_id,
+                    version: item.version,
+                    tenant: item.tenant,
+                };
+                queue_insert(c, entry, next.as_millisecond())?;
+            }
+        }
         if moved == 0 {
             report.stale += 1;
             continue;
@@ -511,6 +605,15 @@ pub(crate) fn schedule_create_many(c: &Connection, p: &ScheduleCreateMany, now: 
             ])
             .map_err(db_err)? as u64;
         version_insert(c, *id, 1, &p.spec, now)?;
+        if let Some(next) = next {
+            let entry = QueueEntry {
+                shard: *shard,
+                id: *id,
+                version: 1,
+                tenant: p.tenant,
+            };
+            queue_insert(c, entry, next.as_millisecond())?;
+        }
     }
     Ok(n)
 }
