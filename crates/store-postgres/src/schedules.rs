@@ -49,6 +49,57 @@ fn state_of(s: &str) -> R<ScheduleState> {
         .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{s}'")))
 }
 
+/// Where an active schedule stands in its shard's planning queue.
+async fn queue_get<C: GenericClient>(c: &C, shard: i32, id: ScheduleId) -> R<Option<i64>> {
+    Ok(query(
+        c,
+        "SELECT next_run_at FROM schedule_queue WHERE shard = $1 AND schedule_id = $2",
+        &[&shard, &id.0],
+    )
+    .await?
+    .first()
+    .map(|r| r.get(0)))
+}
+
+/// Puts a schedule at `next` in its shard's queue (or takes it out).
+pub(crate) async fn queue_set<C: GenericClient>(
+    c: &C,
+    shard: i32,
+    id: ScheduleId,
+    version: u32,
+    tenant: TenantId,
+    next: Option<i64>,
+) -> R<()> {
+    execute(
+        c,
+        "DELETE FROM schedule_queue WHERE shard = $1 AND schedule_id = $2",
+        &[&shard, &id.0],
+    )
+    .await?;
+    if let Some(next) = next {
+        queue_insert(c, shard, id, version, tenant, next).await?;
+    }
+    Ok(())
+}
+
+/// Enters a schedule in its shard's queue at `next`.
+pub(crate) async fn queue_insert<C: GenericClient>(
+    c: &C,
+    shard: i32,
+    id: ScheduleId,
+    version: u32,
+    tenant: TenantId,
+    next: i64,
+) -> R<()> {
+    execute(
+        c,
+        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id) VALUES ($1, $2, $3, $4, $5)",
+        &[&shard, &next, &id.0, &i32_of(version), &tenant.0],
+    )
+    .await
+    .map(|_| ())
+}
+
 pub(crate) async fn schedule_get<C: GenericClient>(
     c: &C,
     tenant: TenantId,
@@ -67,13 +118,19 @@ pub(crate) async fn schedule_get<C: GenericClient>(
     let Some(r) = rows.first() else {
         return Ok(None);
     };
+    let state = state_of(r.get(3))?;
+    let next: Option<i64> = if state == ScheduleState::Active {
+        queue_get(c, r.get(4), id).await?
+    } else {
+        r.get(5)
+    };
     Ok(Some(ScheduleRecord {
         id: ScheduleId(r.get(0)),
         tenant: TenantId(r.get(1)),
         version: u32_of(r.get(2)),
-        state: state_of(r.get(3))?,
+        state,
         shard: r.get(4),
-        next_run_at: r.get::<_, Option<i64>>(5).map(ts).transpose()?,
+        next_run_at: next.map(ts).transpose()?,
         created_at: ts(r.get(6))?,
         updated_at: ts(r.get(7))?,
         spec: spec_row(r, 8)?,
@@ -130,23 +187,30 @@ async fn current<C: GenericClient>(
     c: &C,
     tenant: TenantId,
     id: ScheduleId,
-) -> R<(u32, ScheduleState, Option<i64>)> {
+) -> R<(u32, ScheduleState, i32, Option<i64>)> {
     let rows = query(
         c,
-        "SELECT version, state, next_run_at FROM schedules WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        "SELECT version, state, shard, next_run_at FROM schedules WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
         &[&id.0, &tenant.0],
     )
     .await?;
     let r = rows
         .first()
         .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
-    Ok((u32_of(r.get(0)), state_of(r.get(1))?, r.get(2)))
+    let state = state_of(r.get(1))?;
+    let shard: i32 = r.get(2);
+    let next: Option<i64> = if state == ScheduleState::Active {
+        queue_get(c, shard, id).await?
+    } else {
+        r.get(3)
+    };
+    Ok((u32_of(r.get(0)), state, shard, next))
 }
 
 pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<ScheduleChange> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
-    let (version, state, _) = current(&tx, p.tenant, p.id).await?;
+    let (version, state, shard, _) = current(&tx, p.tenant, p.id).await?;
     if version != p.expected_version {
         return Err(StoreError::VersionConflict { current: version });
     }
@@ -169,6 +233,17 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
         ],
     )
     .await?;
+    if state == ScheduleState::Active {
+        queue_set(
+            &tx,
+            shard,
+            p.id,
+            new,
+            p.tenant,
+            p.next_run_at.map(|t| t.as_millisecond()),
+        )
+        .await?;
+    }
     let (canceled, _, in_flight) = retire_old_versions(&tx, p.id, new, now).await?;
     let schedule = schedule_get(&tx, p.tenant, p.id)
         .await?
@@ -187,7 +262,7 @@ pub(crate) async fn schedule_transition(
 ) -> R<ScheduleChange> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
-    let (version, state, next) = current(&tx, p.tenant, p.id).await?;
+    let (version, state, shard, next) = current(&tx, p.tenant, p.id).await?;
     let (canceled, in_flight) = match (state, p.to) {
         (ScheduleState::Canceled, _) => {
             return Err(StoreError::WrongState(format!(
@@ -224,6 +299,7 @@ pub(crate) async fn schedule_transition(
                 &[&p.id.0, &i32_of(new), &p.to.as_str(), &next, &now],
             )
             .await?;
+            queue_set(&tx, shard, p.id, new, p.tenant, None).await?;
             (canceled, in_flight)
         }
         (ScheduleState::Paused, ScheduleState::Active) => {
@@ -233,6 +309,7 @@ pub(crate) async fn schedule_transition(
                 &[&p.id.0, &now],
             )
             .await?;
+            queue_set(&tx, shard, p.id, version, p.tenant, next).await?;
             (0, Vec::new())
         }
         _ => (0, Vec::new()),
@@ -252,10 +329,11 @@ pub(crate) async fn schedule_due(c: &Client, p: ScheduleDueList) -> R<Vec<DueSch
     query(
         c,
         &format!(
-            "SELECT s.id, s.tenant_id, s.version, s.next_run_at, {SPEC_COLS}
-               FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-              WHERE s.shard = $1 AND s.state = 'ACTIVE' AND s.next_run_at IS NOT NULL AND s.next_run_at <= $2
-              ORDER BY s.next_run_at LIMIT $3"
+            "SELECT q.schedule_id, q.tenant_id, q.version, q.next_run_at, {SPEC_COLS}
+               FROM schedule_queue q
+               JOIN schedule_versions v ON v.schedule_id = q.schedule_id AND v.version = q.version
+              WHERE q.shard = $1 AND q.next_run_at <= $2
+              ORDER BY q.next_run_at LIMIT $3"
         ),
         &[&p.shard, &p.before.as_millisecond(), &i64::from(p.limit)],
     )
@@ -264,7 +342,13 @@ pub(crate) async fn schedule_due(c: &Client, p: ScheduleDueList) -> R<Vec<DueSch
     .map(|r| {
         let mut spec = spec_row(r, 4)?;
         spec.payload = None;
-        Ok(DueSchedule { id: ScheduleId(r.get(0)), tenant: TenantId(r.get(1)), version: u32_of(r.get(2)), next_run_at: ts(r.get(3))?, spec })
+        Ok(DueSchedule {
+            id: ScheduleId(r.get(0)),
+            tenant: TenantId(r.get(1)),
+            version: u32_of(r.get(2)),
+            next_run_at: ts(r.get(3))?,
+            spec,
+        })
     })
     .collect()
 }
@@ -274,8 +358,7 @@ pub(crate) async fn schedule_next_due(c: &Client, shards: &[i32]) -> R<Option<Ti
     let rows = query(
         c,
         "SELECT min(m) FROM unnest($1::int4[]) AS sh(shard),
-                LATERAL (SELECT min(next_run_at) AS m FROM schedules
-                          WHERE shard = sh.shard AND state = 'ACTIVE' AND next_run_at IS NOT NULL) x",
+                LATERAL (SELECT min(next_run_at) AS m FROM schedule_queue WHERE shard = sh.shard) x",
         &[&shards],
     )
     .await?;
@@ -322,14 +405,21 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
         .iter()
         .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
         .collect();
+    // The fence per item: the queue entry the planner started from must still be there, at
+    // the planned version; it moves further back (or out, when nothing is left to plan).
     let moved = query(
         &tx,
-        "UPDATE schedules s SET next_run_at = u.next, updated_at = $6
-           FROM unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]) AS u(id, tenant, version, expected, next)
-          WHERE s.id = u.id AND s.tenant_id = u.tenant AND s.version = u.version AND s.next_run_at = u.expected
-            AND s.state = 'ACTIVE'
-         RETURNING s.id",
-        &[&ids, &tenants, &versions, &expected, &next, &now],
+        "WITH gone AS (
+             DELETE FROM schedule_queue q
+              USING unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]) AS u(id, tenant, version, expected, next)
+              WHERE q.shard = $6 AND q.next_run_at = u.expected AND q.schedule_id = u.id
+                AND q.version = u.version AND q.tenant_id = u.tenant
+             RETURNING q.schedule_id, q.version, q.tenant_id, u.next),
+         back AS (
+             INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+             SELECT $6, next, schedule_id, version, tenant_id FROM gone WHERE next IS NOT NULL)
+         SELECT schedule_id FROM gone",
+        &[&ids, &tenants, &versions, &expected, &next, &p.shard],
     )
     .await?;
     let applied: std::collections::HashSet<Uuid> = moved.iter().map(|r| r.get(0)).collect();
@@ -506,6 +596,14 @@ pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) 
              SELECT u.id, $1, 1, 'ACTIVE', u.shard, u.next, $2, $2
                FROM unnest($3::uuid[], $4::int4[], $5::int8[]) AS u(id, shard, next)",
             &[&p.tenant.0, &now, &ids, &shards, &nexts],
+        )
+        .await?;
+        execute(
+            &tx,
+            "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+             SELECT u.shard, u.next, u.id, 1, $1 FROM unnest($2::uuid[], $3::int4[], $4::int8[]) AS u(id, shard, next)
+              WHERE u.next IS NOT NULL",
+            &[&p.tenant.0, &ids, &shards, &nexts],
         )
         .await?;
         // Version rows: the first one written normally, the rest copied from it.
