@@ -30,14 +30,14 @@ pub struct PlannerConfig {
 
 impl PlannerConfig {
     /// Defaults for one node: 16 shards, a 2-minute horizon, 15 s shard leases, batches of
-    /// 1,000 schedules.
+    /// 5,000 schedules.
     pub fn new(node: impl Into<String>) -> PlannerConfig {
         PlannerConfig {
             node: node.into(),
             shards: 16,
             horizon: SignedDuration::from_mins(2),
             shard_lease: SignedDuration::from_secs(15),
-            batch: 1_000,
+            batch: 5_000,
         }
     }
 }

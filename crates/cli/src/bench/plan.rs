@@ -36,7 +36,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, default_value_t = 16)]
     shards: u32,
     /// Schedules per planning batch (one transaction).
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 5_000)]
     batch: u32,
 }
 
