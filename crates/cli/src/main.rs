@@ -1,8 +1,10 @@
 //! The `campanile` binary: one entry point for the service, its tools and its benchmarks.
 
+mod admin;
 mod bench;
 mod db;
 mod preview;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -19,8 +21,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the service: the HTTP API, the planner and the recovery sweep.
+    Serve(serve::ServeArgs),
     /// List the next fire times of a cron expression in a time zone.
     Preview(preview::PreviewArgs),
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(admin::TenantCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(admin::KeyCommand),
     /// Create or upgrade the database schema (also done on every start).
     Migrate {
         /// SQLite file path, or a postgres:// URL.
@@ -60,7 +70,10 @@ impl CliError {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Preview(args) => preview::run(&args),
+        Command::Tenant(cmd) => admin::tenant(cmd),
+        Command::Key(cmd) => admin::key(cmd),
         Command::Migrate { database } => migrate(&database),
         Command::Bench(cmd) => bench::run(cmd),
     };

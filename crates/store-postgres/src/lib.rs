@@ -8,6 +8,7 @@
 //!   so every node judges leases by one clock. Tests pass `now` and step it exactly.
 //! - Batch operations ship their rows as arrays (`unnest`), one statement per batch.
 
+mod admin;
 mod migrate;
 mod ops;
 mod schedules;
@@ -291,6 +292,55 @@ impl Store for PgStore {
 
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
         schedules::shard_release(&self.client().await?, p).await
+    }
+
+    async fn store_ping(&self) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .simple_query("SELECT 1")
+            .await
+            .map(|_| ())
+            .map_err(pg_err)
+    }
+
+    async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError> {
+        admin::tenant_list(&self.client().await?).await
+    }
+
+    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
+        admin::tenant_by_name(&self.client().await?, name).await
+    }
+
+    async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError> {
+        admin::api_key_create(&self.client().await?, p).await
+    }
+
+    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError> {
+        admin::api_key_find(&self.client().await?, hash).await
+    }
+
+    async fn api_key_revoke(
+        &self,
+        prefix: &str,
+        now: Option<Timestamp>,
+    ) -> Result<u64, StoreError> {
+        admin::api_key_revoke(&self.client().await?, prefix, now).await
+    }
+
+    async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError> {
+        admin::schedule_list(&self.client().await?, p).await
+    }
+
+    async fn idempotency_get(
+        &self,
+        tenant: TenantId,
+        key: &str,
+    ) -> Result<Option<IdempotentResponse>, StoreError> {
+        admin::idempotency_get(&self.client().await?, tenant, key).await
+    }
+
+    async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError> {
+        admin::idempotency_put(&self.client().await?, p).await
     }
 
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {

@@ -10,6 +10,7 @@
 //!
 //! Time: an operation's `now` is the caller's (tests) or this process's [`Clock`].
 
+mod admin;
 mod migrate;
 mod ops;
 mod pool;
@@ -285,6 +286,61 @@ impl Store for SqliteStore {
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
         let now = self.now(p.now);
         self.write(move |c| schedules::shard_release(c, &p, now))
+            .await
+    }
+
+    async fn store_ping(&self) -> Result<(), StoreError> {
+        self.read(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(db_err))
+            .await
+    }
+
+    async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError> {
+        self.read(admin::tenant_list).await
+    }
+
+    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
+        let name = name.to_string();
+        self.read(move |c| admin::tenant_by_name(c, &name)).await
+    }
+
+    async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| admin::api_key_create(c, &p, now)).await
+    }
+
+    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let hash = hash.to_vec();
+        self.read(move |c| admin::api_key_find(c, &hash)).await
+    }
+
+    async fn api_key_revoke(
+        &self,
+        prefix: &str,
+        now: Option<Timestamp>,
+    ) -> Result<u64, StoreError> {
+        let now = self.now(now);
+        let prefix = prefix.to_string();
+        self.write(move |c| admin::api_key_revoke(c, &prefix, now))
+            .await
+    }
+
+    async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError> {
+        self.read(move |c| admin::schedule_list(c, &p)).await
+    }
+
+    async fn idempotency_get(
+        &self,
+        tenant: TenantId,
+        key: &str,
+    ) -> Result<Option<IdempotentResponse>, StoreError> {
+        let key = key.to_string();
+        self.read(move |c| admin::idempotency_get(c, tenant, &key))
+            .await
+    }
+
+    async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| admin::idempotency_put(c, &p, now))
             .await
     }
 

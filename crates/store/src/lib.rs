@@ -117,6 +117,38 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Gives up every shard the node holds (graceful shutdown).
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError>;
 
+    /// Answers when the database answers (readiness).
+    async fn store_ping(&self) -> Result<(), StoreError>;
+
+    /// All tenants, by name.
+    async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError>;
+
+    /// A tenant by name.
+    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError>;
+
+    /// Stores a (hashed) API key.
+    async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError>;
+
+    /// The unrevoked key with this hash.
+    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Revokes the keys with this prefix; returns how many.
+    async fn api_key_revoke(&self, prefix: &str, now: Option<Timestamp>)
+    -> Result<u64, StoreError>;
+
+    /// A tenant's schedules, creation order, with their current version.
+    async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError>;
+
+    /// A stored answer for `(tenant, key)`.
+    async fn idempotency_get(
+        &self,
+        tenant: TenantId,
+        key: &str,
+    ) -> Result<Option<IdempotentResponse>, StoreError>;
+
+    /// Stores an answer; false if one was stored first (the caller then answers with that one).
+    async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError>;
+
     /// Summaries of long misfire gaps of a schedule.
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError>;
 }

@@ -355,3 +355,50 @@ pub struct ScheduleCreateMany {
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
+
+/// Params of [`crate::Store::api_key_create`].
+#[derive(Debug, Clone)]
+pub struct ApiKeyCreate {
+    /// The tenant the key acts for; `None` for an admin key.
+    pub tenant: Option<TenantId>,
+    /// SHA-256 of the key; the key itself is never stored.
+    pub hash: Vec<u8>,
+    /// The key's first characters, to tell keys apart in lists and revoke them.
+    pub prefix: String,
+    /// Whether the key may manage tenants and keys.
+    pub is_admin: bool,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_list`].
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleList {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Only this state.
+    pub state: Option<ScheduleState>,
+    /// Only schedules whose current version targets this queue.
+    pub queue: Option<String>,
+    /// Resume after this id (cursor pagination; ids are creation-ordered).
+    pub after: Option<ScheduleId>,
+    /// Page size.
+    pub limit: u32,
+}
+
+/// Params of [`crate::Store::idempotency_put`].
+#[derive(Debug, Clone)]
+pub struct IdempotencyPut {
+    /// Owner.
+    pub tenant: TenantId,
+    /// The client's `Idempotency-Key`.
+    pub key: String,
+    /// Hash of the request it answered.
+    pub request_hash: Vec<u8>,
+    /// The response status.
+    pub status: u16,
+    /// The response body.
+    pub body: String,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}

@@ -488,3 +488,31 @@ impl Timing {
         })
     }
 }
+
+/// An API key, without the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    /// Internal id.
+    pub id: i64,
+    /// The tenant it acts for (`None`: admin).
+    pub tenant: Option<TenantId>,
+    /// Its first characters.
+    pub prefix: String,
+    /// Whether it manages tenants and keys.
+    pub is_admin: bool,
+    /// Creation instant.
+    pub created_at: Timestamp,
+    /// When it was revoked.
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// A stored answer to an idempotent request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotentResponse {
+    /// Hash of the request it answered; a different request with the same key is a conflict.
+    pub request_hash: Vec<u8>,
+    /// Status.
+    pub status: u16,
+    /// Body.
+    pub body: String,
+}

@@ -1,0 +1,159 @@
+//! `campanile tenant …` and `campanile key …`: tenants and API keys.
+
+use campanile_server::issue_key;
+use campanile_store::TenantCreate;
+use clap::Subcommand;
+
+use crate::{CliError, db};
+
+/// `campanile tenant` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TenantCommand {
+    /// Create a tenant; prints its first API key alone on stdout.
+    Create {
+        /// Unique name.
+        name: String,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// List tenants.
+    List {
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+}
+
+/// `campanile key` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeyCommand {
+    /// Create an API key for a tenant (or an admin key); prints it alone on stdout.
+    Create {
+        /// The tenant's name.
+        #[arg(long, required_unless_present = "admin")]
+        tenant: Option<String>,
+        /// An admin key (tenant and key management), instead of a tenant key.
+        #[arg(long, conflicts_with = "tenant")]
+        admin: bool,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// Revoke the key(s) starting with PREFIX (the first 12 characters are stored).
+    Revoke {
+        /// The key, or its first 12 characters.
+        prefix: String,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+}
+
+fn rt() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))
+}
+
+fn store_err(e: campanile_store::StoreError) -> CliError {
+    match e {
+        campanile_store::StoreError::AlreadyExists(m) => {
+            CliError::usage(format!("{m} already exists"))
+        }
+        other => CliError::runtime(other.to_string()),
+    }
+}
+
+fn valid_name(name: &str) -> Result<(), CliError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::usage(format!(
+            "tenant name '{name}': use 1-64 letters, digits, '-', '_' or '.'"
+        )))
+    }
+}
+
+pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
+    rt()?.block_on(async {
+        match cmd {
+            TenantCommand::Create { name, database } => {
+                valid_name(&name)?;
+                let store = db::open(&database, None).await?;
+                let t = store
+                    .tenant_create(TenantCreate { name, now: None })
+                    .await
+                    .map_err(store_err)?;
+                let key = issue_key(store.as_ref(), Some(t.id), false)
+                    .await
+                    .map_err(store_err)?;
+                println!("{key}");
+            }
+            TenantCommand::List { database } => {
+                let store = db::open(&database, None).await?;
+                for t in store.tenant_list().await.map_err(store_err)? {
+                    println!("{}\t{}", t.name, t.created_at);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn key(cmd: KeyCommand) -> Result<(), CliError> {
+    rt()?.block_on(async {
+        match cmd {
+            KeyCommand::Create {
+                tenant,
+                admin,
+                database,
+            } => {
+                let store = db::open(&database, None).await?;
+                let tenant_id = match tenant {
+                    Some(name) => Some(
+                        store
+                            .tenant_by_name(&name)
+                            .await
+                            .map_err(store_err)?
+                            .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))?
+                            .id,
+                    ),
+                    None => None,
+                };
+                println!(
+                    "{}",
+                    issue_key(store.as_ref(), tenant_id, admin)
+                        .await
+                        .map_err(store_err)?
+                );
+            }
+            KeyCommand::Revoke { prefix, database } => {
+                let prefix = campanile_server::key_prefix(&prefix);
+                if prefix.len() < 12 {
+                    return Err(CliError::usage(
+                        "give at least the first 12 characters of the key",
+                    ));
+                }
+                let store = db::open(&database, None).await?;
+                let n = store
+                    .api_key_revoke(&prefix, None)
+                    .await
+                    .map_err(store_err)?;
+                if n == 0 {
+                    return Err(CliError::usage(format!(
+                        "no active key starts with '{prefix}'"
+                    )));
+                }
+                eprintln!("revoked {n} key(s)");
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,544 @@
+//! The public JSON shapes (DESIGN.md, Interfaces): `snake_case` fields, RFC 3339 UTC instants.
+
+use campanile_calendar::{DstFold, DstGap};
+use campanile_core::{Misfire, OccurrenceId, OccurrenceState, Overlap, ScheduleId};
+use campanile_store::{
+    Attempt, Occurrence, OccurrenceDetail, ScheduleRecord, ScheduleSpec, Timing,
+};
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ApiError;
+
+/// Misfire policy as sent and shown.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MisfireDto {
+    /// `skip` (default), `fire_once` or `catchup`.
+    pub policy: String,
+    /// Lateness beyond which an instant counts as missed (default 60).
+    #[serde(default)]
+    pub max_lateness_seconds: Option<i64>,
+    /// For `catchup`: how many late instants run at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catchup_max: Option<u32>,
+    /// For `catchup`: spacing between catch-up runs in milliseconds (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catchup_interval_ms: Option<i64>,
+}
+
+/// Retry policy.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryDto {
+    /// Claims allowed per occurrence (default 3).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// First backoff ceiling, ms (default 1000).
+    #[serde(default)]
+    pub backoff_initial_ms: Option<i64>,
+    /// Largest backoff ceiling, ms (default 60000).
+    #[serde(default)]
+    pub backoff_max_ms: Option<i64>,
+}
+
+/// DST options of a cron schedule.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DstDto {
+    /// `skip` (default) or `shift`.
+    #[serde(default)]
+    pub gap: Option<String>,
+    /// `once` (default) or `twice`.
+    #[serde(default)]
+    pub fold: Option<String>,
+}
+
+/// A schedule definition, as created (`POST /v1/schedules`) or replaced (`PATCH`, with
+/// `version`).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleInput {
+    /// For `PATCH`: the version the caller read.
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// Target queue (per tenant).
+    pub queue: Option<String>,
+    /// Cron expression (5 or 6 fields, or a macro).
+    pub cron: Option<String>,
+    /// IANA zone for `cron` (default UTC).
+    pub timezone: Option<String>,
+    /// One-off instant (RFC 3339).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub at: Option<Timestamp>,
+    /// Fixed interval, e.g. `"90s"`, `"1h 30m"` or `"PT15M"`.
+    pub every: Option<String>,
+    /// First instant of an `every` series (default: now).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub anchor: Option<Timestamp>,
+    /// Any JSON, handed to workers on claim.
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<serde_json::Value>,
+    /// Higher is claimed first (default 0).
+    pub priority: Option<i32>,
+    /// Lease length for claims (default 30).
+    pub lease_seconds: Option<i64>,
+    /// What to do with late instants.
+    pub misfire: Option<MisfireDto>,
+    /// `ALLOW` (default), `SKIP_IF_RUNNING` or `QUEUE_ONE`.
+    pub overlap: Option<String>,
+    /// Flexible window in seconds (default 0: strict).
+    pub flex_window_seconds: Option<i64>,
+    /// Retry policy.
+    pub retry: Option<RetryDto>,
+    /// DST options (cron only).
+    pub dst: Option<DstDto>,
+}
+
+fn secs(d: SignedDuration) -> i64 {
+    d.as_secs()
+}
+
+impl ScheduleInput {
+    /// The store's definition, with defaults filled in and every field checked.
+    pub fn to_spec(&self, now: Timestamp) -> Result<ScheduleSpec, ApiError> {
+        let queue = self
+            .queue
+            .clone()
+            .ok_or_else(|| ApiError::invalid("queue is required"))?;
+        let kinds = [self.cron.is_some(), self.at.is_some(), self.every.is_some()]
+            .iter()
+            .filter(|x| **x)
+            .count();
+        if kinds != 1 {
+            return Err(ApiError::invalid(
+                "exactly one of cron, at or every is required",
+            ));
+        }
+        if self.cron.is_none() && (self.timezone.is_some() || self.dst.is_some()) {
+            return Err(ApiError::invalid(
+                "timezone and dst apply to cron schedules only",
+            ));
+        }
+        if self.every.is_none() && self.anchor.is_some() {
+            return Err(ApiError::invalid("anchor applies to every schedules only"));
+        }
+        let timing = if let Some(expr) = &self.cron {
+            let dst = self.dst.clone().unwrap_or(DstDto {
+                gap: None,
+                fold: None,
+            });
+            Timing::Cron {
+                expr: expr.clone(),
+                timezone: self.timezone.clone().unwrap_or_else(|| "UTC".into()),
+                dst_gap: dst
+                    .gap
+                    .as_deref()
+                    .unwrap_or("skip")
+                    .parse::<DstGap>()
+                    .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
+                dst_fold: dst
+                    .fold
+                    .as_deref()
+                    .unwrap_or("once")
+                    .parse::<DstFold>()
+                    .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
+            }
+        } else if let Some(at) = self.at {
+            Timing::At(at)
+        } else {
+            let text = self.every.as_deref().unwrap_or_default();
+            let period: SignedDuration = text.parse().map_err(|e| {
+                ApiError::invalid(format!(
+                    "every: '{text}' is not a duration (e.g. 90s, 1h 30m, PT15M): {e}"
+                ))
+            })?;
+            if period < SignedDuration::from_secs(1) {
+                return Err(ApiError::invalid("every must be at least 1 second"));
+            }
+            Timing::Every {
+                period,
+                anchor: self.anchor.unwrap_or(now),
+            }
+        };
+        let lateness =
+            |m: &MisfireDto| SignedDuration::from_secs(m.max_lateness_seconds.unwrap_or(60));
+        let misfire = match &self.misfire {
+            None => Misfire::default(),
+            Some(m) => {
+                if m.max_lateness_seconds
+                    .is_some_and(|s| !(0..=366 * 86_400).contains(&s))
+                {
+                    return Err(ApiError::invalid(
+                        "misfire.max_lateness_seconds must be between 0 and 31622400",
+                    ));
+                }
+                match m.policy.as_str() {
+                    "skip" => Misfire::Skip {
+                        max_lateness: lateness(m),
+                    },
+                    "fire_once" => Misfire::FireOnce {
+                        max_lateness: lateness(m),
+                    },
+                    "catchup" => Misfire::Catchup {
+                        max_lateness: lateness(m),
+                        max: m.catchup_max.ok_or_else(|| {
+                            ApiError::invalid("misfire.catchup_max is required for catchup")
+                        })?,
+                        interval: SignedDuration::from_millis(
+                            m.catchup_interval_ms.unwrap_or(1000).max(0),
+                        ),
+                    },
+                    other => {
+                        return Err(ApiError::invalid(format!(
+                            "misfire.policy '{other}': expected skip, fire_once or catchup"
+                        )));
+                    }
+                }
+            }
+        };
+        let overlap = match &self.overlap {
+            None => Overlap::Allow,
+            Some(o) => o
+                .parse::<Overlap>()
+                .map_err(|e| ApiError::invalid(format!("overlap: {e}")))?,
+        };
+        let retry = self.retry.clone().unwrap_or(RetryDto {
+            max_attempts: None,
+            backoff_initial_ms: None,
+            backoff_max_ms: None,
+        });
+        let lease = self.lease_seconds.unwrap_or(30);
+        let flex = self.flex_window_seconds.unwrap_or(0);
+        if !(1..=86_400).contains(&lease) {
+            return Err(ApiError::invalid(
+                "lease_seconds must be between 1 and 86400",
+            ));
+        }
+        if !(0..=86_400).contains(&flex) {
+            return Err(ApiError::invalid(
+                "flex_window_seconds must be between 0 and 86400",
+            ));
+        }
+        Ok(ScheduleSpec {
+            timing,
+            queue,
+            payload: self.payload.as_ref().map(|p| p.to_string()),
+            priority: self.priority.unwrap_or(0),
+            lease: SignedDuration::from_secs(lease),
+            max_attempts: retry.max_attempts.unwrap_or(3),
+            backoff_initial: SignedDuration::from_millis(retry.backoff_initial_ms.unwrap_or(1_000)),
+            backoff_max: SignedDuration::from_millis(retry.backoff_max_ms.unwrap_or(60_000)),
+            misfire,
+            overlap,
+            flex_window: SignedDuration::from_secs(flex),
+        })
+    }
+}
+
+/// A schedule as shown.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ScheduleOut {
+    /// Id.
+    #[schema(value_type = String, format = Uuid)]
+    pub id: ScheduleId,
+    /// Current version.
+    pub version: u32,
+    /// `ACTIVE`, `PAUSED` or `CANCELED`.
+    pub state: String,
+    /// Target queue.
+    pub queue: String,
+    /// Cron expression, for cron schedules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// Zone, for cron schedules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// DST options, for cron schedules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<DstDto>,
+    /// The instant, for one-off schedules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub at: Option<Timestamp>,
+    /// The interval, for `every` schedules (ISO 8601).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub every: Option<String>,
+    /// The anchor, for `every` schedules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub anchor: Option<Timestamp>,
+    /// Payload.
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<serde_json::Value>,
+    /// Priority.
+    pub priority: i32,
+    /// Lease length.
+    pub lease_seconds: i64,
+    /// Misfire policy.
+    pub misfire: MisfireDto,
+    /// Overlap policy.
+    pub overlap: String,
+    /// Flexible window.
+    pub flex_window_seconds: i64,
+    /// Retry policy.
+    pub retry: RetryDto,
+    /// The next planned instants (up to 5; empty when paused or canceled).
+    #[schema(value_type = Vec<String>)]
+    pub next_fires: Vec<Timestamp>,
+    /// Creation.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// Last change.
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+}
+
+impl ScheduleOut {
+    /// From a stored schedule and its next fires.
+    pub fn new(r: &ScheduleRecord, next_fires: Vec<Timestamp>) -> ScheduleOut {
+        let s = &r.spec;
+        let (cron, timezone, dst, at, every, anchor) = match &s.timing {
+            Timing::Cron {
+                expr,
+                timezone,
+                dst_gap,
+                dst_fold,
+            } => (
+                Some(expr.clone()),
+                Some(timezone.clone()),
+                Some(DstDto {
+                    gap: Some(dst_gap.to_string()),
+                    fold: Some(dst_fold.to_string()),
+                }),
+                None,
+                None,
+                None,
+            ),
+            Timing::At(t) => (None, None, None, Some(*t), None, None),
+            Timing::Every { period, anchor } => (
+                None,
+                None,
+                None,
+                None,
+                Some(format!("{period}")),
+                Some(*anchor),
+            ),
+            _ => (None, None, None, None, None, None),
+        };
+        let (policy, catchup_max, interval) = match s.misfire {
+            Misfire::Skip { .. } => ("skip", None, None),
+            Misfire::FireOnce { .. } => ("fire_once", None, None),
+            Misfire::Catchup { max, interval, .. } => {
+                ("catchup", Some(max), Some(interval.as_millis() as i64))
+            }
+            _ => ("skip", None, None),
+        };
+        ScheduleOut {
+            id: r.id,
+            version: r.version,
+            state: r.state.as_str().to_string(),
+            queue: s.queue.clone(),
+            cron,
+            timezone,
+            dst,
+            at,
+            every,
+            anchor,
+            payload: s
+                .payload
+                .as_deref()
+                .and_then(|p| serde_json::from_str(p).ok()),
+            priority: s.priority,
+            lease_seconds: secs(s.lease),
+            misfire: MisfireDto {
+                policy: policy.into(),
+                max_lateness_seconds: Some(secs(s.misfire.max_lateness())),
+                catchup_max,
+                catchup_interval_ms: interval,
+            },
+            overlap: s.overlap.as_str().into(),
+            flex_window_seconds: secs(s.flex_window),
+            retry: RetryDto {
+                max_attempts: Some(s.max_attempts),
+                backoff_initial_ms: Some(s.backoff_initial.as_millis() as i64),
+                backoff_max_ms: Some(s.backoff_max.as_millis() as i64),
+            },
+            next_fires,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// An occurrence of a schedule in flight, reported by a state change.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct InFlight {
+    /// Occurrence id.
+    #[schema(value_type = String, format = Uuid)]
+    pub id: OccurrenceId,
+    /// Its actual state.
+    pub state: String,
+}
+
+/// The answer to update / pause / resume / cancel.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ScheduleChangeOut {
+    /// The schedule after the change.
+    pub schedule: ScheduleOut,
+    /// Unclaimed occurrences of older versions that became `CANCELED`.
+    pub canceled: u64,
+    /// Claimed occurrences of older versions, left as they are (their workers see the cancel
+    /// flag on renew).
+    pub in_flight: Vec<InFlight>,
+}
+
+/// A page of schedules.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ScheduleList {
+    /// The schedules.
+    pub schedules: Vec<ScheduleOut>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One attempt of an occurrence.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AttemptOut {
+    /// The claim's epoch.
+    pub epoch: i64,
+    /// The worker.
+    pub worker_id: String,
+    /// Claimed at.
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: Timestamp,
+    /// Lease end at claim time.
+    #[schema(value_type = String, format = DateTime)]
+    pub lease_until: Timestamp,
+    /// Ended at.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<Timestamp>,
+    /// `running`, `succeeded`, `failed` or `lease_expired`.
+    pub outcome: String,
+    /// `transient` or `permanent`, for failures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// Failure message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+impl From<&Attempt> for AttemptOut {
+    fn from(a: &Attempt) -> AttemptOut {
+        AttemptOut {
+            epoch: a.epoch,
+            worker_id: a.owner.clone(),
+            started_at: a.started_at,
+            lease_until: a.lease_until,
+            finished_at: a.finished_at,
+            outcome: a.outcome.as_str().into(),
+            error_class: a.error_class.map(|c| c.as_str().into()),
+            error_message: a.error_message.clone(),
+        }
+    }
+}
+
+/// An occurrence as shown.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OccurrenceOut {
+    /// Id: the handler's idempotency key.
+    #[schema(value_type = String, format = Uuid)]
+    pub id: OccurrenceId,
+    /// Schedule.
+    #[schema(value_type = String, format = Uuid)]
+    pub schedule_id: ScheduleId,
+    /// The schedule version it belongs to.
+    pub version: u32,
+    /// Planned instant.
+    #[schema(value_type = String, format = DateTime)]
+    pub scheduled_for: Timestamp,
+    /// Claimable from.
+    #[schema(value_type = String, format = DateTime)]
+    pub available_at: Timestamp,
+    /// State (`SCHEDULED`, `READY`, `RUNNING`, `SUCCEEDED`, `RETRY_WAIT`, `DEAD`, `MISSED`,
+    /// `CANCELED`, `SKIPPED_OVERLAP`).
+    pub state: String,
+    /// Fencing epoch of the latest claim.
+    pub epoch: i64,
+    /// Current or last worker.
+    pub owner: Option<String>,
+    /// End of the current or last lease.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub lease_until: Option<Timestamp>,
+    /// Claims so far.
+    pub attempt_count: u32,
+    /// Claims allowed.
+    pub max_attempts: u32,
+    /// Whether cancellation was requested.
+    pub cancel_requested: bool,
+    /// The accepted result.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
+    /// Last error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When it reached a final state.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<Timestamp>,
+    /// Attempts, oldest first (single-occurrence reads only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptOut>>,
+}
+
+impl OccurrenceOut {
+    /// From a stored occurrence.
+    pub fn new(o: &Occurrence) -> OccurrenceOut {
+        OccurrenceOut {
+            id: o.id,
+            schedule_id: o.schedule_id,
+            version: o.version,
+            scheduled_for: o.scheduled_for,
+            available_at: o.available_at,
+            state: o.state.as_str().into(),
+            epoch: o.epoch,
+            owner: o.owner.clone(),
+            lease_until: o.lease_until,
+            attempt_count: o.attempts,
+            max_attempts: o.max_attempts,
+            cancel_requested: o.cancel_requested,
+            result: o
+                .result
+                .as_deref()
+                .and_then(|r| serde_json::from_str(r).ok()),
+            last_error: o.last_error.clone(),
+            finished_at: o.finished_at,
+            attempts: None,
+        }
+    }
+
+    /// From a stored occurrence with its attempts.
+    pub fn detail(d: &OccurrenceDetail) -> OccurrenceOut {
+        OccurrenceOut {
+            attempts: Some(d.attempts.iter().map(AttemptOut::from).collect()),
+            ..OccurrenceOut::new(&d.occurrence)
+        }
+    }
+}
+
+/// A page of occurrences.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OccurrenceList {
+    /// The occurrences.
+    pub occurrences: Vec<OccurrenceOut>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Parses an occurrence state filter.
+pub fn parse_state(s: &str) -> Result<OccurrenceState, ApiError> {
+    s.parse()
+        .map_err(|e: campanile_core::UnknownName| ApiError::invalid(e.to_string()))
+}

@@ -1,0 +1,178 @@
+//! The API's one error type: every failure leaves as JSON `{code, message, details}` with a
+//! stable `code`, and internals never reach a client.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use campanile_planner::PlannerError;
+use campanile_store::{Conflict, StoreError};
+use serde::Serialize;
+
+/// An API error.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    details: Option<serde_json::Value>,
+    retry_after: Option<u64>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+/// The body of every error response.
+pub struct ErrorBody {
+    /// Stable machine-readable code (`validation_failed`, `not_found`, `lease_conflict`, …).
+    pub code: String,
+    /// What went wrong, for people.
+    pub message: String,
+    /// Structured detail, when there is any (e.g. which fencing check failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl ApiError {
+    /// A new error.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    /// Adds structured detail.
+    pub fn with_details(mut self, details: serde_json::Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    /// 400: the request cannot be read.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 422: the request is well-formed but says something invalid.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+            message,
+        )
+    }
+
+    /// 401.
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid API key is required: Authorization: Bearer <key>",
+        )
+    }
+
+    /// 404 — also for anything that exists but belongs to another tenant.
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{} not found", what.into()),
+        )
+    }
+
+    /// 409 for a fencing refusal, naming the failed check.
+    pub fn lease_conflict(conflict: &Conflict) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "lease_conflict", conflict.to_string())
+            .with_details(serde_json::to_value(conflict).unwrap_or_default())
+    }
+
+    /// 429 with `Retry-After`.
+    pub fn rate_limited(message: impl Into<String>, retry_after_secs: u64) -> ApiError {
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
+
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The human message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            code: self.code.to_string(),
+            message: self.message,
+            details: self.details,
+        };
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::Unavailable(m) => {
+                tracing::warn!(error = %m, "database unavailable");
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later")
+            }
+            StoreError::NotFound(what) => ApiError::not_found(what),
+            StoreError::VersionConflict { current } => ApiError::new(
+                StatusCode::CONFLICT,
+                "version_conflict",
+                format!("the schedule was changed meanwhile: it is at version {current}; read it again and retry"),
+            )
+            .with_details(serde_json::json!({ "current_version": current })),
+            StoreError::WrongState(m) => ApiError::new(StatusCode::CONFLICT, "wrong_state", m),
+            StoreError::AlreadyExists(m) => ApiError::new(StatusCode::CONFLICT, "already_exists", m),
+            StoreError::Invalid(m) => ApiError::invalid(m),
+            other => {
+                tracing::error!(error = %other, "store error");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            }
+        }
+    }
+}
+
+impl From<PlannerError> for ApiError {
+    fn from(e: PlannerError) -> ApiError {
+        match e {
+            PlannerError::Invalid(m) => ApiError::invalid(m),
+            PlannerError::Calendar(c) => ApiError::invalid(c.to_string()),
+            PlannerError::Store(s) => s.into(),
+            other => ApiError::invalid(other.to_string()),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> ApiError {
+        match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                r.body_text(),
+            ),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send JSON with Content-Type: application/json",
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY => ApiError::invalid(r.body_text()),
+            _ => ApiError::bad_request(r.body_text()),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Campanile's HTTP API.
+//!
+//! Everything under `/v1` is JSON, authenticated with `Authorization: Bearer <key>`, and scoped
+//! to the caller's tenant: another tenant's records are `404`, never `403`, so their existence
+//! is not revealed. Errors are [`ErrorBody`] with a stable `code`. The OpenAPI document at
+//! `/openapi.json` is generated from the handlers and types below.
+
+mod auth;
+mod body;
+pub mod dto;
+mod error;
+mod occurrences;
+mod schedules;
+
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use campanile_planner::Planner;
+use campanile_planner::schedules::{Schedules, next_fires};
+use campanile_store::{ScheduleRecord, ScheduleState, Store};
+use jiff::Timestamp;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use utoipa::OpenApi;
+
+pub use auth::{hash_key, issue_key, key_prefix, new_key};
+pub use error::{ApiError, ErrorBody};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest accepted request body, bytes (default 256 KiB).
+    pub max_body_bytes: usize,
+    /// Planner shards (must match every node's planner).
+    pub shards: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_body_bytes: 256 * 1024,
+            shards: 16,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) schedules: Schedules,
+    pub(crate) planner: Option<Arc<Planner>>,
+    metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// State over `store`; `planner`, when given, is woken after schedule changes.
+    pub fn new(
+        store: Arc<dyn Store>,
+        cfg: &ServerConfig,
+        planner: Option<Arc<Planner>>,
+    ) -> AppState {
+        AppState {
+            schedules: Schedules::new(store.clone(), cfg.shards),
+            store,
+            planner,
+            metrics: metrics_handle(),
+        }
+    }
+
+    pub(crate) fn next_fires(&self, r: &ScheduleRecord, now: Timestamp) -> Vec<Timestamp> {
+        if r.state != ScheduleState::Active {
+            return Vec::new();
+        }
+        match campanile_planner::calendar_of(&r.spec) {
+            Ok(cal) => next_fires(
+                &cal,
+                now.checked_sub(jiff::SignedDuration::from_nanos(1))
+                    .unwrap_or(now),
+                5,
+            ),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// The process-wide Prometheus recorder (installed once).
+fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (tests embedding several servers).
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Campanile", description = "Multi-tenant job scheduler: schedules, occurrences and the fenced worker protocol."),
+    paths(
+        schedules::create, schedules::list, schedules::get, schedules::update, schedules::pause, schedules::resume,
+        schedules::cancel, schedules::preview,
+        occurrences::list, occurrences::get, occurrences::get_planned, occurrences::claim, occurrences::renew,
+        occurrences::complete, occurrences::fail, occurrences::completions, occurrences::redrive, occurrences::cancel,
+        healthz, readyz
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "system", security(), responses((status = 200, description = "alive")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the database answers.
+#[utoipa::path(get, path = "/readyz", tag = "system", security(), responses((status = 200, description = "ready"), (status = 503, body = ErrorBody)))]
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.store_ping().await {
+        Ok(()) => "ready".into_response(),
+        Err(e) => {
+            ApiError::from(campanile_store::StoreError::Unavailable(e.to_string())).into_response()
+        }
+    }
+}
+
+async fn metrics_endpoint(State(state): State<AppState>) -> String {
+    state.metrics.render()
+}
+
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi())
+}
+
+async fn fallback() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route; see /openapi.json",
+    )
+}
+
+/// The router: `/v1` API, `/openapi.json`, `/metrics`, `/healthz`, `/readyz`.
+pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
+    let v1 = Router::new()
+        .route("/schedules", post(schedules::create).get(schedules::list))
+        .route("/schedules/preview", post(schedules::preview))
+        .route(
+            "/schedules/{id}",
+            get(schedules::get).patch(schedules::update),
+        )
+        .route("/schedules/{id}/pause", post(schedules::pause))
+        .route("/schedules/{id}/resume", post(schedules::resume))
+        .route("/schedules/{id}/cancel", post(schedules::cancel))
+        .route(
+            "/schedules/{id}/occurrences/{scheduled_for}",
+            get(occurrences::get_planned),
+        )
+        .route("/occurrences", get(occurrences::list))
+        .route("/occurrences/{id}", get(occurrences::get))
+        .route("/occurrences/{id}/complete", post(occurrences::complete))
+        .route("/occurrences/{id}/fail", post(occurrences::fail))
+        .route("/occurrences/{id}/redrive", post(occurrences::redrive))
+        .route("/occurrences/{id}/cancel", post(occurrences::cancel))
+        .route("/queues/{queue}/claim", post(occurrences::claim))
+        .route("/leases/renew", post(occurrences::renew))
+        .route("/completions", post(occurrences::completions));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_endpoint))
+        .route("/openapi.json", get(openapi_json))
+        .fallback(fallback)
+        .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
+        .with_state(state)
+}

@@ -1,0 +1,694 @@
+//! `/v1/occurrences`, `/v1/queues/{queue}/claim`, `/v1/leases/renew`, `/v1/completions`: reading
+//! occurrences, and the worker protocol (claim, renew, complete, fail, redrive).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use campanile_core::{ErrorClass, OccurrenceId};
+use campanile_store::{
+    Ack, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel, OccurrenceClaim,
+    OccurrenceFinishMany, OccurrenceGet, OccurrenceKey, OccurrenceRedrive, TenantId,
+};
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Caller;
+use crate::body::JsonBody;
+use crate::dto::{OccurrenceList, OccurrenceOut, parse_state};
+use crate::schedules::parse_schedule_id;
+use crate::{ApiError, AppState, ErrorBody};
+
+fn parse_occurrence_id(s: &str) -> Result<OccurrenceId, ApiError> {
+    uuid::Uuid::parse_str(s)
+        .map(OccurrenceId)
+        .map_err(|_| ApiError::not_found(format!("occurrence '{s}'")))
+}
+
+fn check_worker(worker_id: &str) -> Result<(), ApiError> {
+    if worker_id.trim().is_empty() || worker_id.len() > 200 {
+        return Err(ApiError::invalid("worker_id must be 1 to 200 characters"));
+    }
+    Ok(())
+}
+
+/// Query of `GET /v1/occurrences`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct ListQuery {
+    /// Only this schedule.
+    schedule_id: Option<String>,
+    /// Only this state (`MISSED`, `DEAD`, `SKIPPED_OVERLAP`, …).
+    state: Option<String>,
+    /// `scheduled_for >= from` (RFC 3339).
+    from: Option<String>,
+    /// `scheduled_for < to` (RFC 3339).
+    to: Option<String>,
+    /// Page size (1–1000, default 100).
+    limit: Option<u32>,
+    /// From the previous page's `next_cursor`.
+    cursor: Option<String>,
+}
+
+fn instant(name: &str, s: &str) -> Result<Timestamp, ApiError> {
+    s.parse()
+        .map_err(|e| ApiError::invalid(format!("{name} '{s}' is not an RFC 3339 instant: {e}")))
+}
+
+/// Occurrences by schedule, state and planned-time range, in planned order.
+#[utoipa::path(get, path = "/v1/occurrences", params(ListQuery), tag = "occurrences",
+    responses((status = 200, body = OccurrenceList), (status = 422, body = ErrorBody)))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<OccurrenceList>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit must be between 1 and 1000"));
+    }
+    let after = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => {
+            let bad = || ApiError::invalid("cursor is not one this API returned");
+            let (ms, id) = c.split_once('_').ok_or_else(bad)?;
+            let ms: i64 = ms.parse().map_err(|_| bad())?;
+            Some((
+                Timestamp::from_millisecond(ms).map_err(|_| bad())?,
+                OccurrenceId(uuid::Uuid::parse_str(id).map_err(|_| bad())?),
+            ))
+        }
+    };
+    let rows = state
+        .store
+        .occurrence_list(campanile_store::OccurrenceList {
+            tenant: caller.tenant,
+            schedule_id: q
+                .schedule_id
+                .as_deref()
+                .map(parse_schedule_id)
+                .transpose()?,
+            state: q.state.as_deref().map(parse_state).transpose()?,
+            from: q.from.as_deref().map(|s| instant("from", s)).transpose()?,
+            to: q.to.as_deref().map(|s| instant("to", s)).transpose()?,
+            after,
+            limit,
+            now: None,
+        })
+        .await?;
+    let next_cursor = (rows.len() as u32 == limit)
+        .then(|| {
+            rows.last()
+                .map(|o| format!("{}_{}", o.scheduled_for.as_millisecond(), o.id))
+        })
+        .flatten();
+    Ok(Json(OccurrenceList {
+        occurrences: rows.iter().map(OccurrenceOut::new).collect(),
+        next_cursor,
+    }))
+}
+
+async fn get_by(
+    state: &AppState,
+    tenant: TenantId,
+    key: OccurrenceKey,
+    what: String,
+) -> Result<Json<OccurrenceOut>, ApiError> {
+    let d = state
+        .store
+        .occurrence_get(OccurrenceGet {
+            tenant,
+            key,
+            now: None,
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found(what))?;
+    Ok(Json(OccurrenceOut::detail(&d)))
+}
+
+/// One occurrence with its attempts, result and version.
+#[utoipa::path(get, path = "/v1/occurrences/{id}", tag = "occurrences", params(("id" = String, Path)),
+    responses((status = 200, body = OccurrenceOut), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<OccurrenceOut>, ApiError> {
+    let oid = parse_occurrence_id(&id)?;
+    get_by(
+        &state,
+        caller.tenant,
+        OccurrenceKey::Id(oid),
+        format!("occurrence {id}"),
+    )
+    .await
+}
+
+/// One occurrence addressed by its schedule and planned instant (the highest version).
+#[utoipa::path(get, path = "/v1/schedules/{id}/occurrences/{scheduled_for}", tag = "occurrences",
+    params(("id" = String, Path), ("scheduled_for" = String, Path, description = "RFC 3339")),
+    responses((status = 200, body = OccurrenceOut), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get_planned(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, at)): Path<(String, String)>,
+) -> Result<Json<OccurrenceOut>, ApiError> {
+    let schedule_id = parse_schedule_id(&id)?;
+    let scheduled_for = instant("scheduled_for", &at)?;
+    get_by(
+        &state,
+        caller.tenant,
+        OccurrenceKey::Planned {
+            schedule_id,
+            scheduled_for,
+        },
+        format!("occurrence of {id} at {at}"),
+    )
+    .await
+}
+
+/// Body of a claim.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClaimInput {
+    /// Who claims; completions must come from the same id.
+    worker_id: String,
+    /// At most this many (1–1000, default 1).
+    max: Option<u32>,
+    /// Lease length (1–86400, default 30).
+    lease_seconds: Option<i64>,
+}
+
+/// A claimed occurrence.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ClaimedOut {
+    /// The occurrence id: use it as the idempotency key of the work.
+    #[schema(value_type = String, format = Uuid)]
+    id: OccurrenceId,
+    /// Schedule.
+    #[schema(value_type = String, format = Uuid)]
+    schedule_id: campanile_core::ScheduleId,
+    /// Schedule version.
+    version: u32,
+    /// Planned instant.
+    #[schema(value_type = String, format = DateTime)]
+    scheduled_for: Timestamp,
+    /// The fencing token: send it back with renew, complete and fail.
+    epoch: i64,
+    /// The lease ends here (server clock).
+    #[schema(value_type = String, format = DateTime)]
+    lease_until: Timestamp,
+    /// Attempt number (1-based).
+    attempt: u32,
+    /// The schedule's payload.
+    #[schema(value_type = Option<Object>)]
+    payload: Option<serde_json::Value>,
+}
+
+/// The answer of a claim.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ClaimOut {
+    /// What was claimed (possibly nothing).
+    occurrences: Vec<ClaimedOut>,
+}
+
+/// Claim due occurrences of one of the tenant's queues.
+#[utoipa::path(post, path = "/v1/queues/{queue}/claim", tag = "workers", request_body = ClaimInput, params(("queue" = String, Path)),
+    responses((status = 200, body = ClaimOut), (status = 422, body = ErrorBody)))]
+pub(crate) async fn claim(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(queue): Path<String>,
+    body: JsonBody<ClaimInput>,
+) -> Result<Json<ClaimOut>, ApiError> {
+    let b = body.value;
+    check_worker(&b.worker_id)?;
+    let max = b.max.unwrap_or(1);
+    if !(1..=1000).contains(&max) {
+        return Err(ApiError::invalid("max must be between 1 and 1000"));
+    }
+    let lease = b.lease_seconds.unwrap_or(30);
+    if !(1..=86_400).contains(&lease) {
+        return Err(ApiError::invalid(
+            "lease_seconds must be between 1 and 86400",
+        ));
+    }
+    let got = state
+        .store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: caller.tenant,
+            queue,
+            worker_id: b.worker_id,
+            max,
+            lease: SignedDuration::from_secs(lease),
+            now: None,
+        })
+        .await?;
+    metrics::counter!("campanile_occurrences_claimed_total").increment(got.len() as u64);
+    for c in &got {
+        let lag = (c.claimed_at.as_millisecond() - c.available_at.as_millisecond()).max(0) as f64
+            / 1000.0;
+        metrics::histogram!("campanile_claim_lag_seconds").record(lag);
+    }
+    Ok(Json(ClaimOut {
+        occurrences: got
+            .into_iter()
+            .map(|c| ClaimedOut {
+                id: c.id,
+                schedule_id: c.schedule_id,
+                version: c.version,
+                scheduled_for: c.scheduled_for,
+                epoch: c.epoch,
+                lease_until: c.lease_until,
+                attempt: c.attempt,
+                payload: c
+                    .payload
+                    .as_deref()
+                    .and_then(|p| serde_json::from_str(p).ok()),
+            })
+            .collect(),
+    }))
+}
+
+/// A held lease.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LeaseIn {
+    /// Occurrence.
+    #[schema(value_type = String, format = Uuid)]
+    occurrence_id: OccurrenceId,
+    /// Epoch of the claim.
+    epoch: i64,
+}
+
+/// Body of a renewal.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RenewInput {
+    /// The owner.
+    worker_id: String,
+    /// Leases to extend (up to 1000).
+    leases: Vec<LeaseIn>,
+    /// New lease length from now (default 30).
+    lease_seconds: Option<i64>,
+}
+
+/// One renewal result.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RenewedOut {
+    /// Occurrence.
+    #[schema(value_type = String, format = Uuid)]
+    occurrence_id: OccurrenceId,
+    /// Epoch sent.
+    epoch: i64,
+    /// False: the lease is lost; stop the work.
+    renewed: bool,
+    /// New lease end.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    lease_until: Option<Timestamp>,
+    /// Someone asked to cancel this occurrence: stop before side effects.
+    cancel_requested: bool,
+}
+
+/// The answer of a renewal.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RenewOut {
+    /// One per lease sent, in order.
+    leases: Vec<RenewedOut>,
+}
+
+/// Extend held leases in one call; says which were renewed and which are cancel-requested.
+#[utoipa::path(post, path = "/v1/leases/renew", tag = "workers", request_body = RenewInput,
+    responses((status = 200, body = RenewOut), (status = 422, body = ErrorBody)))]
+pub(crate) async fn renew(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody<RenewInput>,
+) -> Result<Json<RenewOut>, ApiError> {
+    let b = body.value;
+    check_worker(&b.worker_id)?;
+    if b.leases.len() > 1000 {
+        return Err(ApiError::invalid("at most 1000 leases per renewal"));
+    }
+    let lease = b.lease_seconds.unwrap_or(30);
+    if !(1..=86_400).contains(&lease) {
+        return Err(ApiError::invalid(
+            "lease_seconds must be between 1 and 86400",
+        ));
+    }
+    let out = state
+        .store
+        .lease_renew(LeaseRenew {
+            tenant: caller.tenant,
+            worker_id: b.worker_id,
+            leases: b
+                .leases
+                .iter()
+                .map(|l| LeaseRef {
+                    occurrence_id: l.occurrence_id,
+                    epoch: l.epoch,
+                })
+                .collect(),
+            lease: SignedDuration::from_secs(lease),
+            now: None,
+        })
+        .await?;
+    let lost = out.iter().filter(|r| !r.renewed).count() as u64;
+    metrics::counter!("campanile_lease_renewals_failed_total").increment(lost);
+    Ok(Json(RenewOut {
+        leases: out
+            .into_iter()
+            .map(|r| RenewedOut {
+                occurrence_id: r.lease.occurrence_id,
+                epoch: r.lease.epoch,
+                renewed: r.renewed,
+                lease_until: r.lease_until,
+                cancel_requested: r.cancel_requested,
+            })
+            .collect(),
+    }))
+}
+
+/// Body of a completion.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompleteInput {
+    /// The owner.
+    worker_id: String,
+    /// Epoch of the claim.
+    epoch: i64,
+    /// Any JSON result.
+    #[schema(value_type = Option<Object>)]
+    result: Option<serde_json::Value>,
+}
+
+/// Body of a failure.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FailInput {
+    /// The owner.
+    worker_id: String,
+    /// Epoch of the claim.
+    epoch: i64,
+    /// `transient` (retried with backoff) or `permanent` (dead letter).
+    class: String,
+    /// What went wrong.
+    message: Option<String>,
+}
+
+/// An accepted outcome.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AckOut {
+    /// Occurrence.
+    #[schema(value_type = String, format = Uuid)]
+    occurrence_id: OccurrenceId,
+    /// `accepted` or `conflict`.
+    outcome: &'static str,
+    /// The state after an accepted write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<String>,
+    /// When a transient failure becomes claimable again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    retry_at: Option<Timestamp>,
+    /// For conflicts: the failed check (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`,
+    /// `not_found`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    check: Option<&'static str>,
+    /// For conflicts: what happened, for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn ack_out(a: &Ack) -> AckOut {
+    match &a.conflict {
+        None => AckOut {
+            occurrence_id: a.occurrence_id,
+            outcome: "accepted",
+            state: a.state.map(|s| s.as_str().into()),
+            retry_at: a.retry_at,
+            check: None,
+            message: None,
+        },
+        Some(c) => AckOut {
+            occurrence_id: a.occurrence_id,
+            outcome: "conflict",
+            state: None,
+            retry_at: None,
+            check: Some(c.check()),
+            message: Some(c.to_string()),
+        },
+    }
+}
+
+fn count_acks(acks: &[Ack], finishes: &[Finish]) {
+    for (a, f) in acks.iter().zip(finishes) {
+        match (&a.conflict, f) {
+            (Some(_), _) => {
+                metrics::counter!("campanile_stale_completions_refused_total").increment(1)
+            }
+            (None, Finish::Succeeded { .. }) => {
+                metrics::counter!("campanile_occurrences_completed_total").increment(1)
+            }
+            (None, Finish::Failed { .. }) => {
+                metrics::counter!("campanile_occurrences_failed_total").increment(1)
+            }
+        }
+    }
+}
+
+async fn finish_one(
+    state: &AppState,
+    tenant: TenantId,
+    worker_id: String,
+    id: &str,
+    epoch: i64,
+    finish: Finish,
+) -> Result<Json<AckOut>, ApiError> {
+    check_worker(&worker_id)?;
+    let occurrence_id = parse_occurrence_id(id)?;
+    let acks = state
+        .store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant,
+            worker_id,
+            items: vec![FinishItem {
+                lease: LeaseRef {
+                    occurrence_id,
+                    epoch,
+                },
+                finish: finish.clone(),
+            }],
+            now: None,
+        })
+        .await?;
+    count_acks(&acks, std::slice::from_ref(&finish));
+    let ack = acks
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::bad_request("no outcome"))?;
+    match &ack.conflict {
+        None => Ok(Json(ack_out(&ack))),
+        Some(campanile_store::Conflict::NotFound) => {
+            Err(ApiError::not_found(format!("occurrence {id}")))
+        }
+        Some(c) => Err(ApiError::lease_conflict(c)),
+    }
+}
+
+fn failure(class: &str, message: Option<String>) -> Result<Finish, ApiError> {
+    let class: ErrorClass = class
+        .parse()
+        .map_err(|e: campanile_core::UnknownName| ApiError::invalid(e.to_string()))?;
+    let message = message.unwrap_or_default();
+    if message.len() > 10_000 {
+        return Err(ApiError::invalid("message must be at most 10000 bytes"));
+    }
+    Ok(Finish::Failed { class, message })
+}
+
+/// Complete a claimed occurrence. Accepted only from the current owner, with the current
+/// epoch, inside a valid lease; otherwise 409 naming the failed check.
+#[utoipa::path(post, path = "/v1/occurrences/{id}/complete", tag = "workers", request_body = CompleteInput, params(("id" = String, Path)),
+    responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn complete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: JsonBody<CompleteInput>,
+) -> Result<Json<AckOut>, ApiError> {
+    let b = body.value;
+    finish_one(
+        &state,
+        caller.tenant,
+        b.worker_id,
+        &id,
+        b.epoch,
+        Finish::Succeeded {
+            result: b.result.map(|r| r.to_string()),
+        },
+    )
+    .await
+}
+
+/// Report a failure: `transient` retries with exponential backoff and full jitter while
+/// attempts remain; `permanent` goes to `DEAD`.
+#[utoipa::path(post, path = "/v1/occurrences/{id}/fail", tag = "workers", request_body = FailInput, params(("id" = String, Path)),
+    responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn fail(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: JsonBody<FailInput>,
+) -> Result<Json<AckOut>, ApiError> {
+    let b = body.value;
+    let finish = failure(&b.class, b.message)?;
+    finish_one(&state, caller.tenant, b.worker_id, &id, b.epoch, finish).await
+}
+
+/// One item of a batch of outcomes: `result` for a success, or `failure`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompletionItem {
+    /// Occurrence.
+    #[schema(value_type = String, format = Uuid)]
+    occurrence_id: OccurrenceId,
+    /// Epoch of the claim.
+    epoch: i64,
+    /// A success's result.
+    #[schema(value_type = Option<Object>)]
+    result: Option<serde_json::Value>,
+    /// A failure.
+    failure: Option<FailureIn>,
+}
+
+/// A failure inside a batch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FailureIn {
+    /// `transient` or `permanent`.
+    class: String,
+    /// What went wrong.
+    message: Option<String>,
+}
+
+/// Body of `POST /v1/completions`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompletionsInput {
+    /// The owner of every item.
+    worker_id: String,
+    /// Up to 1000 outcomes, each fenced on its own.
+    items: Vec<CompletionItem>,
+}
+
+/// The answer of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CompletionsOut {
+    /// One per item, in order.
+    results: Vec<AckOut>,
+}
+
+/// Many outcomes in one request, each fenced on its own.
+#[utoipa::path(post, path = "/v1/completions", tag = "workers", request_body = CompletionsInput,
+    responses((status = 200, body = CompletionsOut), (status = 422, body = ErrorBody)))]
+pub(crate) async fn completions(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody<CompletionsInput>,
+) -> Result<Json<CompletionsOut>, ApiError> {
+    let b = body.value;
+    check_worker(&b.worker_id)?;
+    if b.items.is_empty() || b.items.len() > 1000 {
+        return Err(ApiError::invalid("items must hold 1 to 1000 outcomes"));
+    }
+    let mut items = Vec::with_capacity(b.items.len());
+    for (i, it) in b.items.into_iter().enumerate() {
+        let finish = match (it.result, it.failure) {
+            (_, Some(f)) => failure(&f.class, f.message)
+                .map_err(|e| ApiError::invalid(format!("items[{i}]: {}", e.message())))?,
+            (r, None) => Finish::Succeeded {
+                result: r.map(|r| r.to_string()),
+            },
+        };
+        items.push(FinishItem {
+            lease: LeaseRef {
+                occurrence_id: it.occurrence_id,
+                epoch: it.epoch,
+            },
+            finish,
+        });
+    }
+    let finishes: Vec<Finish> = items.iter().map(|i| i.finish.clone()).collect();
+    let acks = state
+        .store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant: caller.tenant,
+            worker_id: b.worker_id,
+            items,
+            now: None,
+        })
+        .await?;
+    count_acks(&acks, &finishes);
+    Ok(Json(CompletionsOut {
+        results: acks.iter().map(ack_out).collect(),
+    }))
+}
+
+/// Re-ready a `DEAD` occurrence under the same id, history kept, attempt budget reset.
+#[utoipa::path(post, path = "/v1/occurrences/{id}/redrive", tag = "occurrences", params(("id" = String, Path)),
+    responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn redrive(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<AckOut>, ApiError> {
+    let occurrence_id = parse_occurrence_id(&id)?;
+    let ack = state
+        .store
+        .occurrence_redrive(OccurrenceRedrive {
+            tenant: caller.tenant,
+            occurrence_id,
+            now: None,
+        })
+        .await?;
+    match &ack.conflict {
+        None => Ok(Json(ack_out(&ack))),
+        Some(campanile_store::Conflict::NotFound) => {
+            Err(ApiError::not_found(format!("occurrence {id}")))
+        }
+        Some(c) => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "wrong_state",
+            format!("only a DEAD occurrence can be redriven: {c}"),
+        )),
+    }
+}
+
+/// Ask to cancel one occurrence: pending ones are canceled, running ones flagged.
+#[utoipa::path(post, path = "/v1/occurrences/{id}/cancel", tag = "occurrences", params(("id" = String, Path)),
+    responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<AckOut>, ApiError> {
+    let occurrence_id = parse_occurrence_id(&id)?;
+    let ack = state
+        .store
+        .occurrence_cancel(OccurrenceCancel {
+            tenant: caller.tenant,
+            occurrence_id,
+            now: None,
+        })
+        .await?;
+    match &ack.conflict {
+        None => Ok(Json(ack_out(&ack))),
+        Some(campanile_store::Conflict::NotFound) => {
+            Err(ApiError::not_found(format!("occurrence {id}")))
+        }
+        Some(c) => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "wrong_state",
+            c.to_string(),
+        )),
+    }
+}

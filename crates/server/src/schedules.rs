@@ -1,0 +1,336 @@
+//! `/v1/schedules`: create (idempotent), read, list, update, pause, resume, cancel, preview.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use campanile_calendar::{Calendar, DstPolicy};
+use campanile_core::ScheduleId;
+use campanile_planner::schedules::next_fires;
+use campanile_store::{IdempotencyPut, ScheduleChange, ScheduleState};
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Caller;
+use crate::body::JsonBody;
+use crate::dto::{DstDto, InFlight, ScheduleChangeOut, ScheduleInput, ScheduleList, ScheduleOut};
+use crate::{ApiError, AppState, ErrorBody};
+
+pub(crate) fn parse_schedule_id(s: &str) -> Result<ScheduleId, ApiError> {
+    uuid::Uuid::parse_str(s)
+        .map(ScheduleId)
+        .map_err(|_| ApiError::not_found(format!("schedule '{s}'")))
+}
+
+fn change_out(c: ScheduleChange, next: Vec<Timestamp>) -> ScheduleChangeOut {
+    ScheduleChangeOut {
+        schedule: ScheduleOut::new(&c.schedule, next),
+        canceled: c.canceled,
+        in_flight: c
+            .in_flight
+            .iter()
+            .map(|(id, st)| InFlight {
+                id: *id,
+                state: st.as_str().into(),
+            })
+            .collect(),
+    }
+}
+
+/// Create a schedule. With an `Idempotency-Key` header, a retried request returns the first
+/// answer instead of creating a second schedule.
+#[utoipa::path(post, path = "/v1/schedules", request_body = ScheduleInput, tag = "schedules",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
+    responses((status = 201, body = ScheduleOut), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: JsonBody<ScheduleInput>,
+) -> Result<Response, ApiError> {
+    let idem = headers
+        .get("idempotency-key")
+        .map(|v| v.to_str().map(str::to_string));
+    let idem = match idem {
+        Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Idempotency-Key must be 1 to 255 visible characters",
+            ));
+        }
+        None => None,
+    };
+    let request_hash = crate::auth::hash_key(&String::from_utf8_lossy(&body.raw));
+    if let Some(key) = &idem {
+        if let Some(prev) = state.store.idempotency_get(caller.tenant, key).await? {
+            if prev.request_hash != request_hash {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used for a different request",
+                ));
+            }
+            let status = StatusCode::from_u16(prev.status).unwrap_or(StatusCode::OK);
+            let value: serde_json::Value = serde_json::from_str(&prev.body).unwrap_or_default();
+            return Ok((status, Json(value)).into_response());
+        }
+    }
+    if body.value.version.is_some() {
+        return Err(ApiError::invalid("version is only accepted by PATCH"));
+    }
+    let now = state.store.store_now().await?;
+    let spec = body.value.to_spec(now)?;
+    let view = state
+        .schedules
+        .create(caller.tenant, spec, Some(now))
+        .await?;
+    if let Some(p) = &state.planner {
+        p.notify();
+    }
+    let out = ScheduleOut::new(&view.record, view.next_fires);
+    if let Some(key) = idem {
+        let body = serde_json::to_string(&out).unwrap_or_default();
+        state
+            .store
+            .idempotency_put(IdempotencyPut {
+                tenant: caller.tenant,
+                key,
+                request_hash,
+                status: 201,
+                body,
+                now: None,
+            })
+            .await?;
+    }
+    Ok((StatusCode::CREATED, Json(out)).into_response())
+}
+
+/// Query of `GET /v1/schedules`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct ListQuery {
+    /// Page size (1–500, default 50).
+    limit: Option<u32>,
+    /// From the previous page's `next_cursor`.
+    cursor: Option<String>,
+    /// `ACTIVE`, `PAUSED` or `CANCELED`.
+    state: Option<String>,
+    /// Only this queue.
+    queue: Option<String>,
+}
+
+/// List the tenant's schedules, oldest first.
+#[utoipa::path(get, path = "/v1/schedules", params(ListQuery), tag = "schedules",
+    responses((status = 200, body = ScheduleList), (status = 401, body = ErrorBody)))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<ScheduleList>, ApiError> {
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::invalid("limit must be between 1 and 500"));
+    }
+    let after = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            uuid::Uuid::parse_str(c)
+                .map(ScheduleId)
+                .map_err(|_| ApiError::invalid("cursor is not one this API returned"))
+        })
+        .transpose()?;
+    let st = q
+        .state
+        .as_deref()
+        .map(|s| {
+            ScheduleState::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
+                ApiError::invalid(format!("state '{s}': expected ACTIVE, PAUSED or CANCELED"))
+            })
+        })
+        .transpose()?;
+    let rows = state
+        .store
+        .schedule_list(campanile_store::ScheduleList {
+            tenant: caller.tenant,
+            state: st,
+            queue: q.queue,
+            after,
+            limit,
+        })
+        .await?;
+    let now = state.store.store_now().await?;
+    let next_cursor = (rows.len() as u32 == limit)
+        .then(|| rows.last().map(|r| r.id.to_string()))
+        .flatten();
+    let schedules = rows
+        .iter()
+        .map(|r| ScheduleOut::new(r, state.next_fires(r, now)))
+        .collect();
+    Ok(Json(ScheduleList {
+        schedules,
+        next_cursor,
+    }))
+}
+
+/// One schedule, with its next 5 fire times.
+#[utoipa::path(get, path = "/v1/schedules/{id}", tag = "schedules", params(("id" = String, Path)),
+    responses((status = 200, body = ScheduleOut), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleOut>, ApiError> {
+    let id = parse_schedule_id(&id)?;
+    let view = state
+        .schedules
+        .get(caller.tenant, id, None)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("schedule {id}")))?;
+    Ok(Json(ScheduleOut::new(&view.record, view.next_fires)))
+}
+
+/// Replace the definition (a new version). The body carries the `version` the caller read; a
+/// stale version is a 409.
+#[utoipa::path(patch, path = "/v1/schedules/{id}", tag = "schedules", request_body = ScheduleInput, params(("id" = String, Path)),
+    responses((status = 200, body = ScheduleChangeOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn update(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: JsonBody<ScheduleInput>,
+) -> Result<Json<ScheduleChangeOut>, ApiError> {
+    let id = parse_schedule_id(&id)?;
+    let version = body
+        .value
+        .version
+        .ok_or_else(|| ApiError::invalid("version is required: send the version you read"))?;
+    let now = state.store.store_now().await?;
+    let spec = body.value.to_spec(now)?;
+    let (view, change) = state
+        .schedules
+        .update(caller.tenant, id, version, spec, Some(now))
+        .await?;
+    if let Some(p) = &state.planner {
+        p.notify();
+    }
+    Ok(Json(change_out(change, view.next_fires)))
+}
+
+async fn transition(
+    state: AppState,
+    caller: Caller,
+    id: String,
+    to: ScheduleState,
+) -> Result<Json<ScheduleChangeOut>, ApiError> {
+    let id = parse_schedule_id(&id)?;
+    let (view, change) = state
+        .schedules
+        .transition(caller.tenant, id, to, None)
+        .await?;
+    if let Some(p) = &state.planner {
+        p.notify();
+    }
+    Ok(Json(change_out(change, view.next_fires)))
+}
+
+/// Pause: unclaimed occurrences are canceled; on resume, what was missed follows the misfire
+/// policy.
+#[utoipa::path(post, path = "/v1/schedules/{id}/pause", tag = "schedules", params(("id" = String, Path)),
+    responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn pause(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleChangeOut>, ApiError> {
+    transition(state, caller, id, ScheduleState::Paused).await
+}
+
+/// Resume a paused schedule.
+#[utoipa::path(post, path = "/v1/schedules/{id}/resume", tag = "schedules", params(("id" = String, Path)),
+    responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleChangeOut>, ApiError> {
+    transition(state, caller, id, ScheduleState::Active).await
+}
+
+/// Cancel for good. History stays queryable.
+#[utoipa::path(post, path = "/v1/schedules/{id}/cancel", tag = "schedules", params(("id" = String, Path)),
+    responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleChangeOut>, ApiError> {
+    transition(state, caller, id, ScheduleState::Canceled).await
+}
+
+/// Body of `POST /v1/schedules/preview`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PreviewInput {
+    /// Cron expression.
+    cron: String,
+    /// IANA zone (default UTC).
+    timezone: Option<String>,
+    /// DST options.
+    dst: Option<DstDto>,
+    /// Fire times after this instant (default now).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    after: Option<Timestamp>,
+    /// How many (1–1000, default 10).
+    count: Option<usize>,
+}
+
+/// The answer of a preview.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PreviewOut {
+    /// The next fire times, UTC.
+    #[schema(value_type = Vec<String>)]
+    next_fires: Vec<Timestamp>,
+}
+
+/// Validate a cron expression and list its next fire times, without saving anything.
+#[utoipa::path(post, path = "/v1/schedules/preview", tag = "schedules", request_body = PreviewInput,
+    responses((status = 200, body = PreviewOut), (status = 422, body = ErrorBody)))]
+pub(crate) async fn preview(
+    State(state): State<AppState>,
+    _caller: Caller,
+    body: JsonBody<PreviewInput>,
+) -> Result<Json<PreviewOut>, ApiError> {
+    let p = body.value;
+    let count = p.count.unwrap_or(10);
+    if !(1..=1000).contains(&count) {
+        return Err(ApiError::invalid("count must be between 1 and 1000"));
+    }
+    let dst = p.dst.unwrap_or(DstDto {
+        gap: None,
+        fold: None,
+    });
+    let policy = DstPolicy {
+        gap: dst
+            .gap
+            .as_deref()
+            .unwrap_or("skip")
+            .parse()
+            .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
+        fold: dst
+            .fold
+            .as_deref()
+            .unwrap_or("once")
+            .parse()
+            .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
+    };
+    let cal = Calendar::cron(&p.cron, p.timezone.as_deref().unwrap_or("UTC"), policy)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let after = match p.after {
+        Some(a) => a,
+        None => state.store.store_now().await?,
+    };
+    Ok(Json(PreviewOut {
+        next_fires: next_fires(&cal, after, count),
+    }))
+}

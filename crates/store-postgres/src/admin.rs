@@ -1,0 +1,149 @@
+//! Tenants, API keys, schedule listing and idempotency keys on PostgreSQL.
+
+use campanile_core::ScheduleId;
+use campanile_store::*;
+use deadpool_postgres::Client;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::ops::{R, execute, query, ts};
+use crate::resolve_now;
+
+fn tenant(r: &Row) -> R<Tenant> {
+    Ok(Tenant {
+        id: TenantId(r.get(0)),
+        name: r.get(1),
+        created_at: ts(r.get(2))?,
+    })
+}
+
+pub(crate) async fn tenant_list(c: &Client) -> R<Vec<Tenant>> {
+    query(
+        c,
+        "SELECT id, name, created_at FROM tenants ORDER BY name",
+        &[],
+    )
+    .await?
+    .iter()
+    .map(tenant)
+    .collect()
+}
+
+pub(crate) async fn tenant_by_name(c: &Client, name: &str) -> R<Option<Tenant>> {
+    query(
+        c,
+        "SELECT id, name, created_at FROM tenants WHERE name = $1",
+        &[&name],
+    )
+    .await?
+    .first()
+    .map(tenant)
+    .transpose()
+}
+
+fn key(r: &Row) -> R<ApiKeyRecord> {
+    Ok(ApiKeyRecord {
+        id: r.get(0),
+        tenant: r.get::<_, Option<i64>>(1).map(TenantId),
+        prefix: r.get(2),
+        is_admin: r.get(3),
+        created_at: ts(r.get(4))?,
+        revoked_at: r.get::<_, Option<i64>>(5).map(ts).transpose()?,
+    })
+}
+
+pub(crate) async fn api_key_create(c: &Client, p: ApiKeyCreate) -> R<ApiKeyRecord> {
+    let now = resolve_now(c, p.now).await?;
+    let rows = query(
+        c,
+        "INSERT INTO api_keys (tenant_id, key_hash, prefix, is_admin, created_at) VALUES ($1, $2, $3, $4, $5)
+         RETURNING id, tenant_id, prefix, is_admin, created_at, revoked_at",
+        &[&p.tenant.map(|t| t.0), &p.hash, &p.prefix, &p.is_admin, &now],
+    )
+    .await?;
+    rows.first()
+        .map(key)
+        .ok_or_else(|| StoreError::Database("no key returned".into()))?
+}
+
+pub(crate) async fn api_key_find(c: &Client, hash: &[u8]) -> R<Option<ApiKeyRecord>> {
+    query(
+        c,
+        "SELECT id, tenant_id, prefix, is_admin, created_at, revoked_at FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+        &[&hash],
+    )
+    .await?
+    .first()
+    .map(key)
+    .transpose()
+}
+
+pub(crate) async fn api_key_revoke(
+    c: &Client,
+    prefix: &str,
+    now: Option<jiff::Timestamp>,
+) -> R<u64> {
+    let now = resolve_now(c, now).await?;
+    execute(
+        c,
+        "UPDATE api_keys SET revoked_at = $2 WHERE prefix = $1 AND revoked_at IS NULL",
+        &[&prefix, &now],
+    )
+    .await
+}
+
+pub(crate) async fn schedule_list(c: &Client, p: ScheduleList) -> R<Vec<ScheduleRecord>> {
+    let ids: Vec<Uuid> = query(
+        c,
+        "SELECT s.id FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
+          WHERE s.tenant_id = $1 AND ($2::uuid IS NULL OR s.id > $2) AND ($3::text IS NULL OR s.state = $3)
+            AND ($4::text IS NULL OR v.queue = $4)
+          ORDER BY s.id LIMIT $5",
+        &[&p.tenant.0, &p.after.map(|a| a.0), &p.state.map(|st| st.as_str()), &p.queue, &i64::from(p.limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(rec) = crate::schedules::schedule_get(c, p.tenant, ScheduleId(id)).await? {
+            out.push(rec);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) async fn idempotency_get(
+    c: &Client,
+    tenant: TenantId,
+    key: &str,
+) -> R<Option<IdempotentResponse>> {
+    Ok(query(c, "SELECT request_hash, status, response FROM idempotency_keys WHERE tenant_id = $1 AND key = $2", &[&tenant.0, &key])
+        .await?
+        .first()
+        .map(|r| IdempotentResponse {
+            request_hash: r.get(0),
+            status: r.get::<_, Option<i32>>(1).map_or(200, |s| s as u16),
+            body: r.get::<_, Option<String>>(2).unwrap_or_default(),
+        }))
+}
+
+pub(crate) async fn idempotency_put(c: &Client, p: IdempotencyPut) -> R<bool> {
+    let now = resolve_now(c, p.now).await?;
+    let n = execute(
+        c,
+        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, response, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        &[
+            &p.tenant.0,
+            &p.key,
+            &p.request_hash,
+            &i32::from(p.status),
+            &p.body,
+            &now,
+        ],
+    )
+    .await?;
+    Ok(n == 1)
+}
