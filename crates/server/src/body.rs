@@ -49,13 +49,55 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Parses JSON: malformed JSON is a 400, well-formed JSON of the wrong shape a 422, both with
-/// serde's line/column message.
+/// Parses JSON: malformed JSON is a 400, well-formed JSON of the wrong shape a 422 naming the
+/// field (`retry.max_attempts: invalid type …`).
 pub(crate) fn parse<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(raw).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => {
-            ApiError::invalid(format!("invalid request body: {e}"))
+    let de = &mut serde_json::Deserializer::from_slice(raw);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data if path == "." => {
+                ApiError::invalid(format!("invalid request body: {inner}"))
+            }
+            serde_json::error::Category::Data => {
+                ApiError::invalid(format!("invalid request body at `{path}`: {inner}"))
+            }
+            _ => ApiError::bad_request(format!("malformed JSON: {inner}")),
         }
-        _ => ApiError::bad_request(format!("malformed JSON: {e}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        max_attempts: Option<u32>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        queue: Option<String>,
+        retry: Option<Inner>,
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse::<Outer>(br#"{"queue": 42}"#).unwrap_err();
+        assert!(e.message().contains("`queue`"), "{}", e.message());
+        let e = parse::<Outer>(br#"{"retry": {"max_attempts": "three"}}"#).unwrap_err();
+        assert!(
+            e.message().contains("`retry.max_attempts`"),
+            "{}",
+            e.message()
+        );
+        let e = parse::<Outer>(br#"{"queue": "#).unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    }
 }

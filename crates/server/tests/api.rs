@@ -1,0 +1,810 @@
+//! The HTTP API in-process (tower `oneshot`, no socket): every route, every error code,
+//! tenant isolation, idempotency and the OpenAPI document.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use campanile_planner::{Planner, PlannerConfig};
+use campanile_server::{AppState, ServerConfig, issue_key, router};
+use campanile_store::{Store, TenantCreate};
+use campanile_store_sqlite::SqliteStore;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+struct App {
+    router: Router,
+    store: Arc<dyn Store>,
+    a: String,
+    b: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn app_with(cfg: ServerConfig) -> App {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("api.db")).unwrap());
+    let ta = store
+        .tenant_create(TenantCreate {
+            name: "a".into(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let tb = store
+        .tenant_create(TenantCreate {
+            name: "b".into(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let a = issue_key(store.as_ref(), Some(ta.id), false).await.unwrap();
+    let b = issue_key(store.as_ref(), Some(tb.id), false).await.unwrap();
+    let router = router(AppState::new(store.clone(), &cfg, None), &cfg);
+    App {
+        router,
+        store,
+        a,
+        b,
+        _dir: dir,
+    }
+}
+
+async fn app() -> App {
+    app_with(ServerConfig::default()).await
+}
+
+impl App {
+    async fn raw(&self, req: Request<Body>) -> (StatusCode, Value, axum::http::HeaderMap) {
+        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value, headers)
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(k) = key {
+            req = req.header("authorization", format!("Bearer {k}"));
+        }
+        let req = match body {
+            Some(b) => req
+                .header("content-type", "application/json")
+                .body(Body::from(b.to_string()))
+                .unwrap(),
+            None => req.body(Body::empty()).unwrap(),
+        };
+        let (s, v, _) = self.raw(req).await;
+        (s, v)
+    }
+
+    async fn plan(&self) {
+        let mut cfg = PlannerConfig::new("test");
+        cfg.shards = ServerConfig::default().shards;
+        Planner::new(self.store.clone(), cfg)
+            .tick(None)
+            .await
+            .unwrap();
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["code"].as_str().unwrap_or("")
+}
+
+fn now_plus(secs: i64) -> String {
+    jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(secs))
+        .unwrap()
+        .to_string()
+}
+
+/// A one-off due a moment ago that still runs (within its lateness): claimable at once.
+fn due_now(queue: &str) -> Value {
+    json!({"queue": queue, "at": now_plus(-1), "misfire": {"policy": "fire_once", "max_lateness_seconds": 600}, "payload": {"n": 1}})
+}
+
+#[tokio::test]
+async fn every_v1_route_requires_a_valid_key() {
+    let app = app().await;
+    let id = "01a22920-d853-729f-9c55-289f7af8c7d4";
+    let routes = [
+        ("POST", "/v1/schedules".to_string()),
+        ("GET", "/v1/schedules".to_string()),
+        ("POST", "/v1/schedules/preview".to_string()),
+        ("GET", format!("/v1/schedules/{id}")),
+        ("PATCH", format!("/v1/schedules/{id}")),
+        ("POST", format!("/v1/schedules/{id}/pause")),
+        ("POST", format!("/v1/schedules/{id}/resume")),
+        ("POST", format!("/v1/schedules/{id}/cancel")),
+        (
+            "GET",
+            format!("/v1/schedules/{id}/occurrences/2026-01-01T00:00:00Z"),
+        ),
+        ("GET", "/v1/occurrences".to_string()),
+        ("GET", format!("/v1/occurrences/{id}")),
+        ("POST", format!("/v1/occurrences/{id}/complete")),
+        ("POST", format!("/v1/occurrences/{id}/fail")),
+        ("POST", format!("/v1/occurrences/{id}/redrive")),
+        ("POST", format!("/v1/occurrences/{id}/cancel")),
+        ("POST", "/v1/queues/q/claim".to_string()),
+        ("POST", "/v1/leases/renew".to_string()),
+        ("POST", "/v1/completions".to_string()),
+    ];
+    for (m, p) in &routes {
+        for key in [None, Some("cmp_not_a_real_key"), Some("")] {
+            let (s, v) = app.call(m, p, key, Some(json!({}))).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "{m} {p} with {key:?}: {v}");
+            assert_eq!(code(&v), "unauthorized");
+        }
+    }
+    // Revoked keys stop working at once.
+    let prefix = campanile_server::key_prefix(&app.a);
+    assert_eq!(app.store.api_key_revoke(&prefix, None).await.unwrap(), 1);
+    let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn schedule_lifecycle_over_http() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(json!({"queue": "reports", "cron": "30 2 * * *", "timezone": "America/New_York", "payload": {"r": "daily"}})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        (v["version"].as_u64(), v["state"].as_str()),
+        (Some(1), Some("ACTIVE"))
+    );
+    assert_eq!(v["next_fires"].as_array().unwrap().len(), 5);
+    assert_eq!(v["payload"], json!({"r": "daily"}));
+    assert_eq!(v["dst"], json!({"gap": "skip", "fold": "once"}));
+    let (s, got) = app
+        .call("GET", &format!("/v1/schedules/{id}"), k, None)
+        .await;
+    assert_eq!((s, got["id"].clone()), (StatusCode::OK, v["id"].clone()));
+
+    // Optimistic update: a stale version is a conflict that names the current one.
+    let patch =
+        json!({"version": 7, "queue": "reports", "cron": "0 3 * * *", "timezone": "Europe/Paris"});
+    let (s, e) = app
+        .call("PATCH", &format!("/v1/schedules/{id}"), k, Some(patch))
+        .await;
+    assert_eq!((s, code(&e)), (StatusCode::CONFLICT, "version_conflict"));
+    assert_eq!(e["details"]["current_version"], 1);
+    let (s, e) = app
+        .call(
+            "PATCH",
+            &format!("/v1/schedules/{id}"),
+            k,
+            Some(json!({"queue": "reports", "cron": "0 3 * * *"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&e)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "version is required"
+    );
+    let (s, c) = app
+        .call("PATCH", &format!("/v1/schedules/{id}"), k, Some(json!({"version": 1, "queue": "reports", "cron": "0 3 * * *", "timezone": "Europe/Paris"})))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_eq!(
+        (
+            c["schedule"]["version"].as_u64(),
+            c["schedule"]["timezone"].as_str()
+        ),
+        (Some(2), Some("Europe/Paris"))
+    );
+    assert!(c["in_flight"].as_array().unwrap().is_empty());
+
+    for (action, state, version) in [
+        ("pause", "PAUSED", 3),
+        ("resume", "ACTIVE", 3),
+        ("cancel", "CANCELED", 4),
+    ] {
+        let (s, c) = app
+            .call("POST", &format!("/v1/schedules/{id}/{action}"), k, None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{action}: {c}");
+        assert_eq!(
+            (
+                c["schedule"]["state"].as_str(),
+                c["schedule"]["version"].as_u64()
+            ),
+            (Some(state), Some(version))
+        );
+    }
+    let (s, e) = app
+        .call("POST", &format!("/v1/schedules/{id}/resume"), k, None)
+        .await;
+    assert_eq!((s, code(&e)), (StatusCode::CONFLICT, "wrong_state"));
+    let (_, c) = app
+        .call("GET", &format!("/v1/schedules/{id}"), k, None)
+        .await;
+    assert!(
+        c["next_fires"].as_array().unwrap().is_empty(),
+        "a canceled schedule has no next fires"
+    );
+
+    // Listing with a cursor walks every schedule once.
+    for i in 0..5 {
+        app.call(
+            "POST",
+            "/v1/schedules",
+            k,
+            Some(json!({"queue": format!("q{i}"), "every": "15m"})),
+        )
+        .await;
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/schedules?limit=2&cursor={c}"),
+            None => "/v1/schedules?limit=2".to_string(),
+        };
+        let (s, page) = app.call("GET", &path, k, None).await;
+        assert_eq!(s, StatusCode::OK);
+        seen.extend(
+            page["schedules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 6);
+    let (_, active) = app.call("GET", "/v1/schedules?state=active", k, None).await;
+    assert_eq!(active["schedules"].as_array().unwrap().len(), 5);
+    let (_, q3) = app.call("GET", "/v1/schedules?queue=q3", k, None).await;
+    assert_eq!(q3["schedules"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
+    let app = app_with(ServerConfig {
+        max_body_bytes: 2048,
+        ..ServerConfig::default()
+    })
+    .await;
+    let k = Some(app.a.as_str());
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"queue": "q", "cron": "0 25 * * *"}), "hour"),
+        (json!({"queue": "q", "cron": "0 0 30 2 *"}), "never fire"),
+        (
+            json!({"queue": "q", "cron": "0 1 * * *", "timezone": "Mars/Olympus"}),
+            "Mars/Olympus",
+        ),
+        (json!({"cron": "0 1 * * *"}), "queue"),
+        (json!({"queue": "q"}), "exactly one of"),
+        (
+            json!({"queue": "q", "cron": "0 1 * * *", "at": now_plus(60)}),
+            "exactly one of",
+        ),
+        (json!({"queue": "q", "at": now_plus(-3600)}), "past"),
+        (json!({"queue": "q", "every": "soon"}), "every"),
+        (
+            json!({"queue": "q", "every": "1h", "lease_seconds": 0}),
+            "lease_seconds",
+        ),
+        (
+            json!({"queue": "q", "every": "1h", "overlap": "SOMETIMES"}),
+            "overlap",
+        ),
+        (
+            json!({"queue": "q", "every": "1h", "misfire": {"policy": "yolo"}}),
+            "misfire",
+        ),
+        (
+            json!({"queue": "q", "cron": "* * * * *", "dst": {"gap": "jump"}}),
+            "dst.gap",
+        ),
+        (
+            json!({"queue": "q", "every": "1h", "colour": "red"}),
+            "colour",
+        ),
+        (json!({"queue": 42, "every": "1h"}), "queue"),
+    ];
+    for (body, needle) in cases {
+        let (s, v) = app
+            .call("POST", "/v1/schedules", k, Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");
+        assert_eq!(code(&v), "validation_failed");
+        assert!(
+            v["message"].as_str().unwrap().contains(needle),
+            "{body}: {v}"
+        );
+    }
+    // Malformed JSON, wrong media type, oversized body.
+    let req = |ct: &str, body: String| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/schedules")
+            .header("authorization", format!("Bearer {}", app.a))
+            .header("content-type", ct)
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let (s, v, _) = app
+        .raw(req("application/json", "{\"queue\": ".into()))
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::BAD_REQUEST, "invalid_request"));
+    let (s, v, _) = app.raw(req("text/plain", "{}".into())).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+    );
+    let big = json!({"queue": "q", "every": "1h", "payload": "x".repeat(4096)}).to_string();
+    let (s, v, _) = app.raw(req("application/json", big)).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+    // Query and path errors.
+    for path in [
+        "/v1/occurrences?state=FINISHED",
+        "/v1/occurrences?limit=0",
+        "/v1/occurrences?from=yesterday",
+        "/v1/schedules?limit=9999",
+        "/v1/occurrences?cursor=abc",
+    ] {
+        let (s, v) = app.call("GET", path, k, None).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            "{path}: {v}"
+        );
+    }
+    let (s, v) = app.call("GET", "/v1/schedules/not-a-uuid", k, None).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (s, v) = app.call("GET", "/v1/nothing-here", k, None).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    // Preview validates without saving.
+    let (s, v) = app.call("POST", "/v1/schedules/preview", k, Some(json!({"cron": "30 2 * * *", "timezone": "America/New_York", "after": "2026-03-07T00:00:00Z", "count": 3}))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        v["next_fires"],
+        json!([
+            "2026-03-07T07:30:00Z",
+            "2026-03-09T06:30:00Z",
+            "2026-03-10T06:30:00Z"
+        ])
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules/preview",
+            k,
+            Some(json!({"cron": "61 * * * *"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+    );
+    let (_, list) = app.call("GET", "/v1/schedules", k, None).await;
+    assert!(
+        list["schedules"].as_array().unwrap().is_empty(),
+        "nothing was saved"
+    );
+}
+
+#[tokio::test]
+async fn idempotency_key_makes_create_safe_to_retry() {
+    let app = app().await;
+    let body = json!({"queue": "q", "every": "1h"});
+    let req = |body: &Value| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/schedules")
+            .header("authorization", format!("Bearer {}", app.a))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "create-once-42")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (s1, v1, _) = app.raw(req(&body)).await;
+    let (s2, v2, _) = app.raw(req(&body)).await;
+    assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED));
+    assert_eq!(v1["id"], v2["id"], "the retry returns the first schedule");
+    let (_, list) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!(list["schedules"].as_array().unwrap().len(), 1);
+    let (s, v, _) = app
+        .raw(req(&json!({"queue": "other", "every": "1h"})))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+    );
+}
+
+#[tokio::test]
+async fn the_worker_protocol_over_http() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let (s, v) = app
+            .call("POST", "/v1/schedules", k, Some(due_now("work")))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    app.plan().await;
+    let (s, c) = app
+        .call(
+            "POST",
+            "/v1/queues/work/claim",
+            k,
+            Some(json!({"worker_id": "w1", "max": 4, "lease_seconds": 60})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    let claimed = c["occurrences"].as_array().unwrap().clone();
+    assert_eq!(claimed.len(), 4);
+    assert_eq!(claimed[0]["payload"], json!({"n": 1}));
+    let occ = |i: usize| claimed[i]["id"].as_str().unwrap().to_string();
+    let epoch = |i: usize| claimed[i]["epoch"].as_i64().unwrap();
+
+    // Renew: ours renewed, a made-up epoch is not.
+    let (s, r) = app
+        .call("POST", "/v1/leases/renew", k, Some(json!({"worker_id": "w1", "leases": [{"occurrence_id": occ(0), "epoch": epoch(0)}, {"occurrence_id": occ(1), "epoch": 99}]})))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(r["leases"][0]["renewed"], true);
+    assert_eq!(r["leases"][1]["renewed"], false);
+
+    // Complete; a second completion and a stale epoch are 409s naming the check.
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/complete", occ(0)),
+            k,
+            Some(json!({"worker_id": "w1", "epoch": epoch(0), "result": {"sent": 3}})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["outcome"].as_str(), v["state"].as_str()),
+        (StatusCode::OK, Some("accepted"), Some("SUCCEEDED"))
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/complete", occ(0)),
+            k,
+            Some(json!({"worker_id": "w1", "epoch": epoch(0)})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v), v["details"]["check"].as_str()),
+        (StatusCode::CONFLICT, "lease_conflict", Some("wrong_state"))
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/complete", occ(1)),
+            k,
+            Some(json!({"worker_id": "w1", "epoch": 0})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["details"]["check"].as_str()),
+        (StatusCode::CONFLICT, Some("stale_epoch"))
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/complete", occ(1)),
+            k,
+            Some(json!({"worker_id": "intruder", "epoch": epoch(1)})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["details"]["check"].as_str()),
+        (StatusCode::CONFLICT, Some("not_owner"))
+    );
+
+    // Fail: transient retries later; permanent is a dead letter that can be redriven.
+    let (s, v) = app.call("POST", &format!("/v1/occurrences/{}/fail", occ(1)), k, Some(json!({"worker_id": "w1", "epoch": epoch(1), "class": "transient", "message": "503"}))).await;
+    assert_eq!(
+        (s, v["state"].as_str()),
+        (StatusCode::OK, Some("RETRY_WAIT"))
+    );
+    assert!(v["retry_at"].is_string());
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/fail", occ(2)),
+            k,
+            Some(json!({"worker_id": "w1", "epoch": epoch(2), "class": "fatal"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+    );
+    let (s, v) = app.call("POST", &format!("/v1/occurrences/{}/fail", occ(2)), k, Some(json!({"worker_id": "w1", "epoch": epoch(2), "class": "permanent", "message": "no such customer"}))).await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("DEAD")));
+    let (_, dead) = app.call("GET", "/v1/occurrences?state=DEAD", k, None).await;
+    assert_eq!(dead["occurrences"].as_array().unwrap().len(), 1);
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/redrive", occ(2)),
+            k,
+            None,
+        )
+        .await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("READY")));
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{}/redrive", occ(2)),
+            k,
+            None,
+        )
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "wrong_state"));
+
+    // Batch: each item fenced on its own.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w1", "items": [
+                {"occurrence_id": occ(3), "epoch": epoch(3), "result": {"ok": true}},
+                {"occurrence_id": occ(0), "epoch": epoch(0), "result": {}},
+                {"occurrence_id": occ(3), "epoch": epoch(3), "failure": {"class": "transient", "message": "again?"}}
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let outcomes: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["accepted", "conflict", "conflict"]);
+
+    // Reads: by id with attempts, by (schedule, instant), and the stored result.
+    let (s, d) = app
+        .call("GET", &format!("/v1/occurrences/{}", occ(0)), k, None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (
+            d["state"].as_str(),
+            d["result"].clone(),
+            d["version"].as_u64()
+        ),
+        (Some("SUCCEEDED"), json!({"sent": 3}), Some(1))
+    );
+    assert_eq!(d["attempts"][0]["outcome"], "succeeded");
+    let sid = d["schedule_id"].as_str().unwrap();
+    let at = d["scheduled_for"].as_str().unwrap();
+    let (s, d2) = app
+        .call(
+            "GET",
+            &format!("/v1/schedules/{sid}/occurrences/{at}"),
+            k,
+            None,
+        )
+        .await;
+    assert_eq!((s, d2["id"].clone()), (StatusCode::OK, d["id"].clone()));
+    let (_, by_schedule) = app
+        .call(
+            "GET",
+            &format!("/v1/occurrences?schedule_id={sid}"),
+            k,
+            None,
+        )
+        .await;
+    assert_eq!(by_schedule["occurrences"].as_array().unwrap().len(), 1);
+
+    // Bad worker input.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/queues/work/claim",
+            k,
+            Some(json!({"worker_id": "", "max": 1})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/queues/work/claim",
+            k,
+            Some(json!({"worker_id": "w", "max": 5000})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+    );
+}
+
+#[tokio::test]
+async fn tenants_never_see_each_other() {
+    let app = app().await;
+    let (a, b) = (Some(app.a.as_str()), Some(app.b.as_str()));
+    let (_, v) = app
+        .call("POST", "/v1/schedules", a, Some(due_now("shared")))
+        .await;
+    let sid = v["id"].as_str().unwrap().to_string();
+    app.plan().await;
+    // B's queue of the same name is another queue.
+    let (_, c) = app
+        .call(
+            "POST",
+            "/v1/queues/shared/claim",
+            b,
+            Some(json!({"worker_id": "wb", "max": 10})),
+        )
+        .await;
+    assert!(c["occurrences"].as_array().unwrap().is_empty());
+    let (_, c) = app
+        .call(
+            "POST",
+            "/v1/queues/shared/claim",
+            a,
+            Some(json!({"worker_id": "wa", "max": 10})),
+        )
+        .await;
+    let oid = c["occurrences"][0]["id"].as_str().unwrap().to_string();
+    let epoch = c["occurrences"][0]["epoch"].as_i64().unwrap();
+    let at = c["occurrences"][0]["scheduled_for"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let attempts: Vec<(&str, String, Option<Value>)> = vec![
+        ("GET", format!("/v1/schedules/{sid}"), None),
+        (
+            "PATCH",
+            format!("/v1/schedules/{sid}"),
+            Some(json!({"version": 1, "queue": "x", "every": "1h"})),
+        ),
+        ("POST", format!("/v1/schedules/{sid}/pause"), None),
+        ("POST", format!("/v1/schedules/{sid}/resume"), None),
+        ("POST", format!("/v1/schedules/{sid}/cancel"), None),
+        ("GET", format!("/v1/schedules/{sid}/occurrences/{at}"), None),
+        ("GET", format!("/v1/occurrences/{oid}"), None),
+        (
+            "POST",
+            format!("/v1/occurrences/{oid}/complete"),
+            Some(json!({"worker_id": "wa", "epoch": epoch})),
+        ),
+        (
+            "POST",
+            format!("/v1/occurrences/{oid}/fail"),
+            Some(json!({"worker_id": "wa", "epoch": epoch, "class": "permanent"})),
+        ),
+        ("POST", format!("/v1/occurrences/{oid}/redrive"), None),
+        ("POST", format!("/v1/occurrences/{oid}/cancel"), None),
+    ];
+    for (m, p, body) in attempts {
+        let (s, v) = app.call(m, &p, b, body).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::NOT_FOUND, "not_found"),
+            "B: {m} {p}: {v}"
+        );
+    }
+    let (_, r) = app
+        .call(
+            "POST",
+            "/v1/leases/renew",
+            b,
+            Some(json!({"worker_id": "wa", "leases": [{"occurrence_id": oid, "epoch": epoch}]})),
+        )
+        .await;
+    assert_eq!(r["leases"][0]["renewed"], false);
+    let (_, r) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            b,
+            Some(json!({"worker_id": "wa", "items": [{"occurrence_id": oid, "epoch": epoch}]})),
+        )
+        .await;
+    assert_eq!(r["results"][0]["check"], "not_found");
+    for p in [
+        "/v1/schedules",
+        "/v1/occurrences",
+        "/v1/occurrences?state=RUNNING",
+    ] {
+        let (_, l) = app.call("GET", p, b, None).await;
+        let items = l
+            .as_object()
+            .unwrap()
+            .values()
+            .find_map(|v| v.as_array())
+            .unwrap();
+        assert!(items.is_empty(), "B lists nothing of A's: {p}");
+    }
+    // And A's work was untouched by all of that.
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{oid}/complete"),
+            a,
+            Some(json!({"worker_id": "wa", "epoch": epoch})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["state"].as_str()),
+        (StatusCode::OK, Some("SUCCEEDED"))
+    );
+    let (_, s2) = app
+        .call("GET", &format!("/v1/schedules/{sid}"), a, None)
+        .await;
+    assert_eq!(s2["version"], 1);
+}
+
+#[tokio::test]
+async fn health_readiness_metrics_and_openapi() {
+    let app = app().await;
+    let (s, _) = app.call("GET", "/healthz", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = app.call("GET", "/readyz", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    app.call(
+        "POST",
+        "/v1/queues/q/claim",
+        Some(&app.a),
+        Some(json!({"worker_id": "w"})),
+    )
+    .await;
+    let (s, m) = app.call("GET", "/metrics", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        m.as_str()
+            .unwrap()
+            .contains("campanile_occurrences_claimed_total"),
+        "{m}"
+    );
+    let (s, doc) = app.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    // Every route is documented: the list of (method, path) is a reviewed snapshot.
+    let mut routes: Vec<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(p, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| format!("{} {p}", m.to_uppercase()))
+        })
+        .collect();
+    routes.sort();
+    insta::assert_json_snapshot!("openapi_routes", routes);
+    assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+}
