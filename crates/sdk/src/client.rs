@@ -1,0 +1,296 @@
+//! The typed HTTP client.
+
+use jiff::Timestamp;
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// The API's error body.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct ApiErrorBody {
+    /// Stable code.
+    pub code: String,
+    /// Human message.
+    pub message: String,
+    /// Structured detail (e.g. `{"check": "stale_epoch", …}` for a lease conflict).
+    #[serde(default)]
+    pub details: Option<Value>,
+}
+
+/// A client failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SdkError {
+    /// The API answered with an error.
+    #[error("{status}: {} ({})", body.message, body.code)]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The error body.
+        body: ApiErrorBody,
+    },
+    /// The request did not get an answer (connection refused, timeout, …). Retryable.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The answer was not what the API documents.
+    #[error("unexpected response: {0}")]
+    Decode(String),
+    /// The client was set up wrong (bad base URL, bad key characters).
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl SdkError {
+    /// Whether this is a fencing refusal (409 `lease_conflict`), and which check failed.
+    pub fn lease_conflict(&self) -> Option<&str> {
+        match self {
+            SdkError::Api { status: 409, body } if body.code == "lease_conflict" => {
+                body.details.as_ref().and_then(|d| d["check"].as_str())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A claimed occurrence.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Claimed {
+    /// The occurrence id: the idempotency key of the work.
+    pub id: Uuid,
+    /// Schedule.
+    pub schedule_id: Uuid,
+    /// Schedule version.
+    pub version: u32,
+    /// Planned instant.
+    pub scheduled_for: Timestamp,
+    /// Fencing token.
+    pub epoch: i64,
+    /// Lease end (server clock).
+    pub lease_until: Timestamp,
+    /// Attempt number.
+    pub attempt: u32,
+    /// Payload.
+    #[serde(default)]
+    pub payload: Option<Value>,
+}
+
+/// One renewal result.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Renewal {
+    /// Occurrence.
+    pub occurrence_id: Uuid,
+    /// Epoch sent.
+    pub epoch: i64,
+    /// False: the lease is lost.
+    pub renewed: bool,
+    /// New lease end.
+    #[serde(default)]
+    pub lease_until: Option<Timestamp>,
+    /// Cancellation was requested.
+    pub cancel_requested: bool,
+}
+
+/// The outcome of a complete / fail / batch item.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Outcome {
+    /// Occurrence.
+    pub occurrence_id: Uuid,
+    /// `accepted` or `conflict`.
+    pub outcome: String,
+    /// State after an accepted write.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// For conflicts: the failed check.
+    #[serde(default)]
+    pub check: Option<String>,
+    /// For conflicts: what happened.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A typed client of one tenant's API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    /// A client for the API at `base_url` (e.g. `http://127.0.0.1:7070`) with a tenant key.
+    ///
+    /// # Errors
+    ///
+    /// [`SdkError::Config`] for a base URL that is not http(s).
+    pub fn new(base_url: &str, api_key: &str) -> Result<Client, SdkError> {
+        let base = base_url.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(SdkError::Config(format!("base URL '{base_url}' must start with http:// or https://")));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| SdkError::Config(e.to_string()))?;
+        Ok(Client { http, base, key: api_key.to_string() })
+    }
+
+    async fn send<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Result<T, SdkError> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| SdkError::Transport(e.to_string()))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| SdkError::Transport(e.to_string()))?;
+        if status.is_success() {
+            serde_json::from_slice(&bytes).map_err(|e| SdkError::Decode(format!("{e}: {}", String::from_utf8_lossy(&bytes))))
+        } else {
+            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| ApiErrorBody {
+                code: if status == StatusCode::SERVICE_UNAVAILABLE { "unavailable".into() } else { "unknown".into() },
+                message: String::from_utf8_lossy(&bytes).into_owned(),
+                details: None,
+            });
+            Err(SdkError::Api { status: status.as_u16(), body })
+        }
+    }
+
+    /// `POST /v1/schedules` with the definition as JSON (see the API docs for fields);
+    /// `idempotency_key` makes a retried create safe.
+    ///
+    /// # Errors
+    ///
+    /// [`SdkError::Api`] with `validation_failed` for a bad definition, and the others.
+    pub async fn create_schedule(&self, definition: &Value, idempotency_key: Option<&str>) -> Result<Value, SdkError> {
+        let headers: Vec<(&str, &str)> = idempotency_key.map(|k| vec![("idempotency-key", k)]).unwrap_or_default();
+        self.send(Method::POST, "/v1/schedules", Some(definition.clone()), &headers).await
+    }
+
+    /// `GET /v1/schedules/{id}`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`].
+    pub async fn get_schedule(&self, id: Uuid) -> Result<Value, SdkError> {
+        self.send(Method::GET, &format!("/v1/schedules/{id}"), None, &[]).await
+    }
+
+    /// `PATCH /v1/schedules/{id}` with the version read.
+    ///
+    /// # Errors
+    ///
+    /// `version_conflict` (409) when the schedule changed meanwhile.
+    pub async fn update_schedule(&self, id: Uuid, version: u32, definition: &Value) -> Result<Value, SdkError> {
+        let mut body = definition.clone();
+        body["version"] = json!(version);
+        self.send(Method::PATCH, &format!("/v1/schedules/{id}"), Some(body), &[]).await
+    }
+
+    /// `POST /v1/schedules/{id}/{pause|resume|cancel}`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`].
+    pub async fn schedule_action(&self, id: Uuid, action: &str) -> Result<Value, SdkError> {
+        if !matches!(action, "pause" | "resume" | "cancel") {
+            return Err(SdkError::Config(format!("unknown schedule action '{action}'")));
+        }
+        self.send(Method::POST, &format!("/v1/schedules/{id}/{action}"), None, &[]).await
+    }
+
+    /// `GET /v1/occurrences/{id}`: with attempts and result.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`].
+    pub async fn get_occurrence(&self, id: Uuid) -> Result<Value, SdkError> {
+        self.send(Method::GET, &format!("/v1/occurrences/{id}"), None, &[]).await
+    }
+
+    /// `GET /v1/occurrences?…` with a raw query string (`schedule_id=…&state=…`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`].
+    pub async fn list_occurrences(&self, query: &str) -> Result<Value, SdkError> {
+        self.send(Method::GET, &format!("/v1/occurrences?{query}"), None, &[]).await
+    }
+
+    /// Claims up to `max` due occurrences of `queue`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`].
+    pub async fn claim(&self, queue: &str, worker_id: &str, max: u32, lease_seconds: u32) -> Result<Vec<Claimed>, SdkError> {
+        #[derive(Deserialize)]
+        struct Out {
+            occurrences: Vec<Claimed>,
+        }
+        let body = json!({ "worker_id": worker_id, "max": max, "lease_seconds": lease_seconds });
+        let out: Out = self.send(Method::POST, &format!("/v1/queues/{queue}/claim"), Some(body), &[]).await?;
+        Ok(out.occurrences)
+    }
+
+    /// Renews held leases in one call.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`].
+    pub async fn renew(&self, worker_id: &str, leases: &[(Uuid, i64)], lease_seconds: u32) -> Result<Vec<Renewal>, SdkError> {
+        #[derive(Deserialize)]
+        struct Out {
+            leases: Vec<Renewal>,
+        }
+        let leases: Vec<Value> = leases.iter().map(|(id, e)| json!({ "occurrence_id": id, "epoch": e })).collect();
+        let body = json!({ "worker_id": worker_id, "leases": leases, "lease_seconds": lease_seconds });
+        let out: Out = self.send(Method::POST, "/v1/leases/renew", Some(body), &[]).await?;
+        Ok(out.leases)
+    }
+
+    /// Completes an occurrence.
+    ///
+    /// # Errors
+    ///
+    /// [`SdkError::lease_conflict`] names the failed check when the lease is no longer ours.
+    pub async fn complete(&self, id: Uuid, worker_id: &str, epoch: i64, result: Value) -> Result<Outcome, SdkError> {
+        let body = json!({ "worker_id": worker_id, "epoch": epoch, "result": result });
+        self.send(Method::POST, &format!("/v1/occurrences/{id}/complete"), Some(body), &[]).await
+    }
+
+    /// Reports a failure (`transient` or `permanent`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::complete`].
+    pub async fn fail(&self, id: Uuid, worker_id: &str, epoch: i64, class: &str, message: &str) -> Result<Outcome, SdkError> {
+        let body = json!({ "worker_id": worker_id, "epoch": epoch, "class": class, "message": message });
+        self.send(Method::POST, &format!("/v1/occurrences/{id}/fail"), Some(body), &[]).await
+    }
+
+    /// Many outcomes in one request (items as the API documents them).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`]; per-item refusals are in the outcomes.
+    pub async fn completions(&self, worker_id: &str, items: Vec<Value>) -> Result<Vec<Outcome>, SdkError> {
+        #[derive(Deserialize)]
+        struct Out {
+            results: Vec<Outcome>,
+        }
+        let out: Out = self.send(Method::POST, "/v1/completions", Some(json!({ "worker_id": worker_id, "items": items })), &[]).await?;
+        Ok(out.results)
+    }
+
+    /// Re-readies a dead letter.
+    ///
+    /// # Errors
+    ///
+    /// `wrong_state` (409) when it is not `DEAD`.
+    pub async fn redrive(&self, id: Uuid) -> Result<Outcome, SdkError> {
+        self.send(Method::POST, &format!("/v1/occurrences/{id}/redrive"), None, &[]).await
+    }
+}

@@ -1,0 +1,271 @@
+//! The worker loop.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use crate::{Client, SdkError};
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The tenant's queue to claim from.
+    pub queue: String,
+    /// This worker's id (unique among live workers).
+    pub worker_id: String,
+    /// Handlers running at once.
+    pub concurrency: usize,
+    /// Most occurrences per claim.
+    pub batch: u32,
+    /// Lease length asked for.
+    pub lease_seconds: u32,
+    /// How often all held leases are renewed (one call).
+    pub heartbeat: Duration,
+    /// Pause between empty claims.
+    pub idle_poll: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults: 8 concurrent handlers, batches of 16, 30 s leases renewed every 10 s.
+    pub fn new(queue: impl Into<String>, worker_id: impl Into<String>) -> WorkerConfig {
+        WorkerConfig {
+            queue: queue.into(),
+            worker_id: worker_id.into(),
+            concurrency: 8,
+            batch: 16,
+            lease_seconds: 30,
+            heartbeat: Duration::from_secs(10),
+            idle_poll: Duration::from_millis(250),
+        }
+    }
+}
+
+/// One occurrence handed to a handler.
+#[derive(Debug)]
+pub struct Job {
+    /// The occurrence id: stable across retries and failovers — the idempotency key of any
+    /// side effect.
+    pub id: Uuid,
+    /// Schedule.
+    pub schedule_id: Uuid,
+    /// Planned instant.
+    pub scheduled_for: Timestamp,
+    /// Attempt number (1-based).
+    pub attempt: u32,
+    /// The schedule's payload.
+    pub payload: Option<Value>,
+    cancel: watch::Receiver<bool>,
+}
+
+impl Job {
+    /// Whether someone asked to cancel this occurrence (seen on the last heartbeat). Check it
+    /// before side effects.
+    pub fn cancel_requested(&self) -> bool {
+        *self.cancel.borrow()
+    }
+}
+
+/// How a handler failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// Worth retrying (with backoff, while attempts remain).
+    #[error("transient: {0}")]
+    Transient(String),
+    /// Retrying cannot help: a dead letter.
+    #[error("permanent: {0}")]
+    Permanent(String),
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Completions accepted.
+    pub completed: u64,
+    /// Failures accepted.
+    pub failed: u64,
+    /// Handlers stopped because their lease was lost.
+    pub lost: u64,
+    /// Outcomes the server refused (the lease had passed to a successor).
+    pub refused: u64,
+}
+
+struct Held {
+    epoch: i64,
+    lost: watch::Sender<bool>,
+    cancel: watch::Sender<bool>,
+}
+
+type HeldMap = Arc<Mutex<HashMap<Uuid, Held>>>;
+
+fn lock(h: &HeldMap) -> std::sync::MutexGuard<'_, HashMap<Uuid, Held>> {
+    h.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs a handler over one queue.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    client: Client,
+    cfg: WorkerConfig,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Done {
+    Completed,
+    Failed,
+    Lost,
+    Refused,
+}
+
+impl Worker {
+    /// A worker over `client`.
+    pub fn new(client: Client, cfg: WorkerConfig) -> Worker {
+        Worker { client, cfg }
+    }
+
+    /// Claims and runs until `shutdown` turns true, then stops claiming, lets in-flight
+    /// handlers finish (still renewing their leases) and returns.
+    ///
+    /// # Errors
+    ///
+    /// Only for configuration errors; transport errors are retried.
+    pub async fn run<F, Fut>(&self, handler: F, mut shutdown: watch::Receiver<bool>) -> Result<WorkerReport, SdkError>
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
+    {
+        if self.cfg.concurrency == 0 || self.cfg.batch == 0 || self.cfg.lease_seconds == 0 {
+            return Err(SdkError::Config("concurrency, batch and lease_seconds must be positive".into()));
+        }
+        let handler = Arc::new(handler);
+        let held: HeldMap = Arc::default();
+        let (hb_stop, hb_rx) = watch::channel(false);
+        let heartbeat = tokio::spawn(heartbeat(self.client.clone(), self.cfg.clone(), held.clone(), hb_rx));
+        let mut tasks: JoinSet<Done> = JoinSet::new();
+        let mut report = WorkerReport::default();
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let free = self.cfg.concurrency.saturating_sub(tasks.len());
+            let mut got = 0;
+            if free > 0 {
+                match self.client.claim(&self.cfg.queue, &self.cfg.worker_id, self.cfg.batch.min(free as u32), self.cfg.lease_seconds).await {
+                    Ok(claimed) => {
+                        got = claimed.len();
+                        for c in claimed {
+                            let (lost_tx, lost_rx) = watch::channel(false);
+                            let (cancel_tx, cancel_rx) = watch::channel(false);
+                            lock(&held).insert(c.id, Held { epoch: c.epoch, lost: lost_tx, cancel: cancel_tx });
+                            let job = Job { id: c.id, schedule_id: c.schedule_id, scheduled_for: c.scheduled_for, attempt: c.attempt, payload: c.payload, cancel: cancel_rx };
+                            tasks.spawn(run_one(self.client.clone(), self.cfg.worker_id.clone(), handler.clone(), job, c.epoch, lost_rx, held.clone()));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claim failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            // Collect finished handlers without blocking.
+            while let Some(done) = tasks.try_join_next() {
+                tally(&mut report, done);
+            }
+            if got == 0 || tasks.len() >= self.cfg.concurrency {
+                tokio::select! {
+                    Some(done) = tasks.join_next(), if !tasks.is_empty() => tally(&mut report, done),
+                    _ = tokio::time::sleep(self.cfg.idle_poll), if tasks.len() < self.cfg.concurrency => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+        // Graceful: no more claims; in-flight handlers finish under renewed leases.
+        while let Some(done) = tasks.join_next().await {
+            tally(&mut report, done);
+        }
+        let _ = hb_stop.send(true);
+        let _ = heartbeat.await;
+        Ok(report)
+    }
+}
+
+fn tally(report: &mut WorkerReport, done: Result<Done, tokio::task::JoinError>) {
+    match done {
+        Ok(Done::Completed) => report.completed += 1,
+        Ok(Done::Failed) => report.failed += 1,
+        Ok(Done::Lost) => report.lost += 1,
+        Ok(Done::Refused) => report.refused += 1,
+        Err(e) => tracing::error!(error = %e, "handler task panicked"),
+    }
+}
+
+async fn run_one<F, Fut>(client: Client, worker: String, handler: Arc<F>, job: Job, epoch: i64, mut lost: watch::Receiver<bool>, held: HeldMap) -> Done
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
+{
+    let id = job.id;
+    let outcome = tokio::select! {
+        r = handler(job) => Some(r),
+        _ = lost.wait_for(|l| *l) => None,
+    };
+    lock(&held).remove(&id);
+    let sent = match outcome {
+        None => {
+            tracing::warn!(occurrence = %id, "lease lost: handler stopped, no outcome reported");
+            return Done::Lost;
+        }
+        Some(Ok(result)) => client.complete(id, &worker, epoch, result).await.map(|_| Done::Completed),
+        Some(Err(JobError::Transient(m))) => client.fail(id, &worker, epoch, "transient", &m).await.map(|_| Done::Failed),
+        Some(Err(JobError::Permanent(m))) => client.fail(id, &worker, epoch, "permanent", &m).await.map(|_| Done::Failed),
+    };
+    match sent {
+        Ok(d) => d,
+        Err(e) if e.lease_conflict().is_some() => {
+            tracing::warn!(occurrence = %id, check = e.lease_conflict().unwrap_or(""), "outcome refused: the lease had passed on");
+            Done::Refused
+        }
+        Err(e) => {
+            // The lease will expire and another worker will run it again (at least once).
+            tracing::warn!(occurrence = %id, error = %e, "could not report the outcome");
+            Done::Refused
+        }
+    }
+}
+
+async fn heartbeat(client: Client, cfg: WorkerConfig, held: HeldMap, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.heartbeat) => {}
+            _ = stop.changed() => return,
+        }
+        let leases: Vec<(Uuid, i64)> = lock(&held).iter().map(|(id, h)| (*id, h.epoch)).collect();
+        if leases.is_empty() {
+            continue;
+        }
+        for chunk in leases.chunks(1000) {
+            match client.renew(&cfg.worker_id, chunk, cfg.lease_seconds).await {
+                Ok(renewals) => {
+                    let map = lock(&held);
+                    for r in renewals {
+                        if let Some(h) = map.get(&r.occurrence_id) {
+                            if !r.renewed {
+                                let _ = h.lost.send(true);
+                            }
+                            if r.cancel_requested {
+                                let _ = h.cancel.send(true);
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed; will retry"),
+            }
+        }
+    }
+}
