@@ -20,7 +20,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "./receipts".into()));
     std::fs::create_dir_all(&dir)?;
     let url = std::env::var("CAMPANILE_URL").unwrap_or_else(|_| "http://127.0.0.1:7070".into());
-    let key = std::env::var("CAMPANILE_KEY").map_err(|_| "set CAMPANILE_KEY to a tenant API key")?;
+    let key =
+        std::env::var("CAMPANILE_KEY").map_err(|_| "set CAMPANILE_KEY to a tenant API key")?;
     let worker_id = format!("example-{}", std::process::id());
     let client = Client::new(&url, &key)?;
     let worker = Worker::new(client, WorkerConfig::new(queue.clone(), worker_id.clone()));
@@ -29,7 +30,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = tokio::signal::ctrl_c().await;
         let _ = stop.send(true);
     });
-    eprintln!("{worker_id} working on queue '{queue}', receipts in {}", dir.display());
+    eprintln!(
+        "{worker_id} working on queue '{queue}', receipts in {}",
+        dir.display()
+    );
     let report = worker
         .run(
             move |job: Job| {
@@ -47,14 +51,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// first one's receipt instead of writing another.
 fn write_receipt(dir: &std::path::Path, job: &Job) -> Result<serde_json::Value, JobError> {
     if job.cancel_requested() {
-        return Err(JobError::Permanent("canceled before the side effect".into()));
+        return Err(JobError::Permanent(
+            "canceled before the side effect".into(),
+        ));
     }
     let path = dir.join(format!("{}.json", job.id));
     let receipt = json!({ "occurrence_id": job.id, "scheduled_for": job.scheduled_for, "payload": job.payload });
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
         Ok(mut f) => {
-            f.write_all(receipt.to_string().as_bytes()).map_err(|e| JobError::Transient(e.to_string()))?;
-            f.sync_all().map_err(|e| JobError::Transient(e.to_string()))?;
+            f.write_all(receipt.to_string().as_bytes())
+                .map_err(|e| JobError::Transient(e.to_string()))?;
+            f.sync_all()
+                .map_err(|e| JobError::Transient(e.to_string()))?;
             Ok(json!({ "receipt": path.display().to_string(), "written": true }))
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {

@@ -127,35 +127,64 @@ impl Client {
     pub fn new(base_url: &str, api_key: &str) -> Result<Client, SdkError> {
         let base = base_url.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(SdkError::Config(format!("base URL '{base_url}' must start with http:// or https://")));
+            return Err(SdkError::Config(format!(
+                "base URL '{base_url}' must start with http:// or https://"
+            )));
         }
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .build()
             .map_err(|e| SdkError::Config(e.to_string()))?;
-        Ok(Client { http, base, key: api_key.to_string() })
+        Ok(Client {
+            http,
+            base,
+            key: api_key.to_string(),
+        })
     }
 
-    async fn send<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Result<T, SdkError> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+    async fn send<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<T, SdkError> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.key);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req.send().await.map_err(|e| SdkError::Transport(e.to_string()))?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| SdkError::Transport(e.to_string()))?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| SdkError::Transport(e.to_string()))?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| SdkError::Transport(e.to_string()))?;
         if status.is_success() {
-            serde_json::from_slice(&bytes).map_err(|e| SdkError::Decode(format!("{e}: {}", String::from_utf8_lossy(&bytes))))
+            serde_json::from_slice(&bytes)
+                .map_err(|e| SdkError::Decode(format!("{e}: {}", String::from_utf8_lossy(&bytes))))
         } else {
             let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| ApiErrorBody {
-                code: if status == StatusCode::SERVICE_UNAVAILABLE { "unavailable".into() } else { "unknown".into() },
+                code: if status == StatusCode::SERVICE_UNAVAILABLE {
+                    "unavailable".into()
+                } else {
+                    "unknown".into()
+                },
                 message: String::from_utf8_lossy(&bytes).into_owned(),
                 details: None,
             });
-            Err(SdkError::Api { status: status.as_u16(), body })
+            Err(SdkError::Api {
+                status: status.as_u16(),
+                body,
+            })
         }
     }
 
@@ -165,9 +194,21 @@ impl Client {
     /// # Errors
     ///
     /// [`SdkError::Api`] with `validation_failed` for a bad definition, and the others.
-    pub async fn create_schedule(&self, definition: &Value, idempotency_key: Option<&str>) -> Result<Value, SdkError> {
-        let headers: Vec<(&str, &str)> = idempotency_key.map(|k| vec![("idempotency-key", k)]).unwrap_or_default();
-        self.send(Method::POST, "/v1/schedules", Some(definition.clone()), &headers).await
+    pub async fn create_schedule(
+        &self,
+        definition: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value, SdkError> {
+        let headers: Vec<(&str, &str)> = idempotency_key
+            .map(|k| vec![("idempotency-key", k)])
+            .unwrap_or_default();
+        self.send(
+            Method::POST,
+            "/v1/schedules",
+            Some(definition.clone()),
+            &headers,
+        )
+        .await
     }
 
     /// `GET /v1/schedules/{id}`.
@@ -176,7 +217,8 @@ impl Client {
     ///
     /// As [`Client::create_schedule`].
     pub async fn get_schedule(&self, id: Uuid) -> Result<Value, SdkError> {
-        self.send(Method::GET, &format!("/v1/schedules/{id}"), None, &[]).await
+        self.send(Method::GET, &format!("/v1/schedules/{id}"), None, &[])
+            .await
     }
 
     /// `PATCH /v1/schedules/{id}` with the version read.
@@ -184,10 +226,21 @@ impl Client {
     /// # Errors
     ///
     /// `version_conflict` (409) when the schedule changed meanwhile.
-    pub async fn update_schedule(&self, id: Uuid, version: u32, definition: &Value) -> Result<Value, SdkError> {
+    pub async fn update_schedule(
+        &self,
+        id: Uuid,
+        version: u32,
+        definition: &Value,
+    ) -> Result<Value, SdkError> {
         let mut body = definition.clone();
         body["version"] = json!(version);
-        self.send(Method::PATCH, &format!("/v1/schedules/{id}"), Some(body), &[]).await
+        self.send(
+            Method::PATCH,
+            &format!("/v1/schedules/{id}"),
+            Some(body),
+            &[],
+        )
+        .await
     }
 
     /// `POST /v1/schedules/{id}/{pause|resume|cancel}`.
@@ -197,9 +250,17 @@ impl Client {
     /// As [`Client::create_schedule`].
     pub async fn schedule_action(&self, id: Uuid, action: &str) -> Result<Value, SdkError> {
         if !matches!(action, "pause" | "resume" | "cancel") {
-            return Err(SdkError::Config(format!("unknown schedule action '{action}'")));
+            return Err(SdkError::Config(format!(
+                "unknown schedule action '{action}'"
+            )));
         }
-        self.send(Method::POST, &format!("/v1/schedules/{id}/{action}"), None, &[]).await
+        self.send(
+            Method::POST,
+            &format!("/v1/schedules/{id}/{action}"),
+            None,
+            &[],
+        )
+        .await
     }
 
     /// `GET /v1/occurrences/{id}`: with attempts and result.
@@ -208,7 +269,8 @@ impl Client {
     ///
     /// As [`Client::create_schedule`].
     pub async fn get_occurrence(&self, id: Uuid) -> Result<Value, SdkError> {
-        self.send(Method::GET, &format!("/v1/occurrences/{id}"), None, &[]).await
+        self.send(Method::GET, &format!("/v1/occurrences/{id}"), None, &[])
+            .await
     }
 
     /// `GET /v1/occurrences?…` with a raw query string (`schedule_id=…&state=…`).
@@ -217,7 +279,8 @@ impl Client {
     ///
     /// As [`Client::create_schedule`].
     pub async fn list_occurrences(&self, query: &str) -> Result<Value, SdkError> {
-        self.send(Method::GET, &format!("/v1/occurrences?{query}"), None, &[]).await
+        self.send(Method::GET, &format!("/v1/occurrences?{query}"), None, &[])
+            .await
     }
 
     /// Claims up to `max` due occurrences of `queue`.
@@ -225,13 +288,26 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::create_schedule`].
-    pub async fn claim(&self, queue: &str, worker_id: &str, max: u32, lease_seconds: u32) -> Result<Vec<Claimed>, SdkError> {
+    pub async fn claim(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        max: u32,
+        lease_seconds: u32,
+    ) -> Result<Vec<Claimed>, SdkError> {
         #[derive(Deserialize)]
         struct Out {
             occurrences: Vec<Claimed>,
         }
         let body = json!({ "worker_id": worker_id, "max": max, "lease_seconds": lease_seconds });
-        let out: Out = self.send(Method::POST, &format!("/v1/queues/{queue}/claim"), Some(body), &[]).await?;
+        let out: Out = self
+            .send(
+                Method::POST,
+                &format!("/v1/queues/{queue}/claim"),
+                Some(body),
+                &[],
+            )
+            .await?;
         Ok(out.occurrences)
     }
 
@@ -240,14 +316,25 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::create_schedule`].
-    pub async fn renew(&self, worker_id: &str, leases: &[(Uuid, i64)], lease_seconds: u32) -> Result<Vec<Renewal>, SdkError> {
+    pub async fn renew(
+        &self,
+        worker_id: &str,
+        leases: &[(Uuid, i64)],
+        lease_seconds: u32,
+    ) -> Result<Vec<Renewal>, SdkError> {
         #[derive(Deserialize)]
         struct Out {
             leases: Vec<Renewal>,
         }
-        let leases: Vec<Value> = leases.iter().map(|(id, e)| json!({ "occurrence_id": id, "epoch": e })).collect();
-        let body = json!({ "worker_id": worker_id, "leases": leases, "lease_seconds": lease_seconds });
-        let out: Out = self.send(Method::POST, "/v1/leases/renew", Some(body), &[]).await?;
+        let leases: Vec<Value> = leases
+            .iter()
+            .map(|(id, e)| json!({ "occurrence_id": id, "epoch": e }))
+            .collect();
+        let body =
+            json!({ "worker_id": worker_id, "leases": leases, "lease_seconds": lease_seconds });
+        let out: Out = self
+            .send(Method::POST, "/v1/leases/renew", Some(body), &[])
+            .await?;
         Ok(out.leases)
     }
 
@@ -256,9 +343,21 @@ impl Client {
     /// # Errors
     ///
     /// [`SdkError::lease_conflict`] names the failed check when the lease is no longer ours.
-    pub async fn complete(&self, id: Uuid, worker_id: &str, epoch: i64, result: Value) -> Result<Outcome, SdkError> {
+    pub async fn complete(
+        &self,
+        id: Uuid,
+        worker_id: &str,
+        epoch: i64,
+        result: Value,
+    ) -> Result<Outcome, SdkError> {
         let body = json!({ "worker_id": worker_id, "epoch": epoch, "result": result });
-        self.send(Method::POST, &format!("/v1/occurrences/{id}/complete"), Some(body), &[]).await
+        self.send(
+            Method::POST,
+            &format!("/v1/occurrences/{id}/complete"),
+            Some(body),
+            &[],
+        )
+        .await
     }
 
     /// Reports a failure (`transient` or `permanent`).
@@ -266,9 +365,23 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::complete`].
-    pub async fn fail(&self, id: Uuid, worker_id: &str, epoch: i64, class: &str, message: &str) -> Result<Outcome, SdkError> {
-        let body = json!({ "worker_id": worker_id, "epoch": epoch, "class": class, "message": message });
-        self.send(Method::POST, &format!("/v1/occurrences/{id}/fail"), Some(body), &[]).await
+    pub async fn fail(
+        &self,
+        id: Uuid,
+        worker_id: &str,
+        epoch: i64,
+        class: &str,
+        message: &str,
+    ) -> Result<Outcome, SdkError> {
+        let body =
+            json!({ "worker_id": worker_id, "epoch": epoch, "class": class, "message": message });
+        self.send(
+            Method::POST,
+            &format!("/v1/occurrences/{id}/fail"),
+            Some(body),
+            &[],
+        )
+        .await
     }
 
     /// Many outcomes in one request (items as the API documents them).
@@ -276,12 +389,23 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::create_schedule`]; per-item refusals are in the outcomes.
-    pub async fn completions(&self, worker_id: &str, items: Vec<Value>) -> Result<Vec<Outcome>, SdkError> {
+    pub async fn completions(
+        &self,
+        worker_id: &str,
+        items: Vec<Value>,
+    ) -> Result<Vec<Outcome>, SdkError> {
         #[derive(Deserialize)]
         struct Out {
             results: Vec<Outcome>,
         }
-        let out: Out = self.send(Method::POST, "/v1/completions", Some(json!({ "worker_id": worker_id, "items": items })), &[]).await?;
+        let out: Out = self
+            .send(
+                Method::POST,
+                "/v1/completions",
+                Some(json!({ "worker_id": worker_id, "items": items })),
+                &[],
+            )
+            .await?;
         Ok(out.results)
     }
 
@@ -291,6 +415,12 @@ impl Client {
     ///
     /// `wrong_state` (409) when it is not `DEAD`.
     pub async fn redrive(&self, id: Uuid) -> Result<Outcome, SdkError> {
-        self.send(Method::POST, &format!("/v1/occurrences/{id}/redrive"), None, &[]).await
+        self.send(
+            Method::POST,
+            &format!("/v1/occurrences/{id}/redrive"),
+            None,
+            &[],
+        )
+        .await
     }
 }

@@ -135,18 +135,29 @@ impl Worker {
     /// # Errors
     ///
     /// Only for configuration errors; transport errors are retried.
-    pub async fn run<F, Fut>(&self, handler: F, mut shutdown: watch::Receiver<bool>) -> Result<WorkerReport, SdkError>
+    pub async fn run<F, Fut>(
+        &self,
+        handler: F,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<WorkerReport, SdkError>
     where
         F: Fn(Job) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
     {
         if self.cfg.concurrency == 0 || self.cfg.batch == 0 || self.cfg.lease_seconds == 0 {
-            return Err(SdkError::Config("concurrency, batch and lease_seconds must be positive".into()));
+            return Err(SdkError::Config(
+                "concurrency, batch and lease_seconds must be positive".into(),
+            ));
         }
         let handler = Arc::new(handler);
         let held: HeldMap = Arc::default();
         let (hb_stop, hb_rx) = watch::channel(false);
-        let heartbeat = tokio::spawn(heartbeat(self.client.clone(), self.cfg.clone(), held.clone(), hb_rx));
+        let heartbeat = tokio::spawn(heartbeat(
+            self.client.clone(),
+            self.cfg.clone(),
+            held.clone(),
+            hb_rx,
+        ));
         let mut tasks: JoinSet<Done> = JoinSet::new();
         let mut report = WorkerReport::default();
         loop {
@@ -156,15 +167,46 @@ impl Worker {
             let free = self.cfg.concurrency.saturating_sub(tasks.len());
             let mut got = 0;
             if free > 0 {
-                match self.client.claim(&self.cfg.queue, &self.cfg.worker_id, self.cfg.batch.min(free as u32), self.cfg.lease_seconds).await {
+                match self
+                    .client
+                    .claim(
+                        &self.cfg.queue,
+                        &self.cfg.worker_id,
+                        self.cfg.batch.min(free as u32),
+                        self.cfg.lease_seconds,
+                    )
+                    .await
+                {
                     Ok(claimed) => {
                         got = claimed.len();
                         for c in claimed {
                             let (lost_tx, lost_rx) = watch::channel(false);
                             let (cancel_tx, cancel_rx) = watch::channel(false);
-                            lock(&held).insert(c.id, Held { epoch: c.epoch, lost: lost_tx, cancel: cancel_tx });
-                            let job = Job { id: c.id, schedule_id: c.schedule_id, scheduled_for: c.scheduled_for, attempt: c.attempt, payload: c.payload, cancel: cancel_rx };
-                            tasks.spawn(run_one(self.client.clone(), self.cfg.worker_id.clone(), handler.clone(), job, c.epoch, lost_rx, held.clone()));
+                            lock(&held).insert(
+                                c.id,
+                                Held {
+                                    epoch: c.epoch,
+                                    lost: lost_tx,
+                                    cancel: cancel_tx,
+                                },
+                            );
+                            let job = Job {
+                                id: c.id,
+                                schedule_id: c.schedule_id,
+                                scheduled_for: c.scheduled_for,
+                                attempt: c.attempt,
+                                payload: c.payload,
+                                cancel: cancel_rx,
+                            };
+                            tasks.spawn(run_one(
+                                self.client.clone(),
+                                self.cfg.worker_id.clone(),
+                                handler.clone(),
+                                job,
+                                c.epoch,
+                                lost_rx,
+                                held.clone(),
+                            ));
                         }
                     }
                     Err(e) => {
@@ -205,7 +247,15 @@ fn tally(report: &mut WorkerReport, done: Result<Done, tokio::task::JoinError>) 
     }
 }
 
-async fn run_one<F, Fut>(client: Client, worker: String, handler: Arc<F>, job: Job, epoch: i64, mut lost: watch::Receiver<bool>, held: HeldMap) -> Done
+async fn run_one<F, Fut>(
+    client: Client,
+    worker: String,
+    handler: Arc<F>,
+    job: Job,
+    epoch: i64,
+    mut lost: watch::Receiver<bool>,
+    held: HeldMap,
+) -> Done
 where
     F: Fn(Job) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
@@ -221,9 +271,18 @@ where
             tracing::warn!(occurrence = %id, "lease lost: handler stopped, no outcome reported");
             return Done::Lost;
         }
-        Some(Ok(result)) => client.complete(id, &worker, epoch, result).await.map(|_| Done::Completed),
-        Some(Err(JobError::Transient(m))) => client.fail(id, &worker, epoch, "transient", &m).await.map(|_| Done::Failed),
-        Some(Err(JobError::Permanent(m))) => client.fail(id, &worker, epoch, "permanent", &m).await.map(|_| Done::Failed),
+        Some(Ok(result)) => client
+            .complete(id, &worker, epoch, result)
+            .await
+            .map(|_| Done::Completed),
+        Some(Err(JobError::Transient(m))) => client
+            .fail(id, &worker, epoch, "transient", &m)
+            .await
+            .map(|_| Done::Failed),
+        Some(Err(JobError::Permanent(m))) => client
+            .fail(id, &worker, epoch, "permanent", &m)
+            .await
+            .map(|_| Done::Failed),
     };
     match sent {
         Ok(d) => d,
@@ -239,7 +298,12 @@ where
     }
 }
 
-async fn heartbeat(client: Client, cfg: WorkerConfig, held: HeldMap, mut stop: watch::Receiver<bool>) {
+async fn heartbeat(
+    client: Client,
+    cfg: WorkerConfig,
+    held: HeldMap,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(cfg.heartbeat) => {}

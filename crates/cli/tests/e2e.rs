@@ -1,0 +1,246 @@
+//! End to end through a real socket: `campanile serve` on a temporary database, the SDK worker,
+//! a seconds-precision cron schedule, and a worker killed with SIGKILL mid-run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use campanile_sdk::{Client, Job, JobError, Worker, WorkerConfig};
+use serde_json::json;
+
+struct Server {
+    child: Child,
+    url: String,
+    key: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database",
+        ])
+        .arg(dir.path().join("e2e.db"))
+        .env("CAMPANILE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let key = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
+        .expect("the first start prints the default tenant's key");
+    let url = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server {
+        child,
+        url,
+        key,
+        _dir: dir,
+    }
+}
+
+/// Only acts when re-run by the SIGKILL test: claims one occurrence, says so, and hangs.
+#[test]
+fn e2e_doomed_worker() {
+    let (Ok(url), Ok(key)) = (std::env::var("E2E_URL"), std::env::var("E2E_KEY")) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = Client::new(&url, &key).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < deadline, "nothing to claim");
+            let got = client.claim("slow", "doomed", 1, 2).await.unwrap();
+            if let Some(c) = got.first() {
+                println!("CLAIMED {} {}", c.id, c.epoch);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    });
+}
+
+#[test]
+fn serve_runs_schedules_through_the_sdk_and_survives_a_killed_worker() {
+    let server = start_server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = Client::new(&server.url, &server.key).unwrap();
+
+        // A cron schedule with seconds precision, run by the SDK worker.
+        let created = client
+            .create_schedule(
+                &json!({"queue": "ticks", "cron": "* * * * * *", "payload": {"hello": "world"}}),
+                Some("ticks-1"),
+            )
+            .await
+            .unwrap();
+        let schedule_id = created["id"].as_str().unwrap().to_string();
+        let mut cfg = WorkerConfig::new("ticks", "sdk-worker");
+        cfg.idle_poll = Duration::from_millis(100);
+        let worker = Worker::new(client.clone(), cfg);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let run = tokio::spawn(async move {
+            worker
+                .run(
+                    |job: Job| async move {
+                        Ok::<_, JobError>(json!({"seen": job.id, "payload": job.payload}))
+                    },
+                    stopped,
+                )
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        stop.send(true).unwrap();
+        let report = run.await.unwrap().unwrap();
+        assert!(report.completed >= 2, "{report:?}");
+        let done = client
+            .list_occurrences(&format!("schedule_id={schedule_id}&state=SUCCEEDED"))
+            .await
+            .unwrap();
+        let done = done["occurrences"].as_array().unwrap().clone();
+        assert!(done.len() as u64 >= report.completed.min(2));
+        let one = client
+            .get_occurrence(done[0]["id"].as_str().unwrap().parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(one["result"]["payload"], json!({"hello": "world"}));
+        assert_eq!(one["result"]["seen"], one["id"]);
+
+        // A worker killed with SIGKILL mid-run: its occurrence runs again on another worker
+        // after the lease, and its late completion is refused.
+        let at = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_millis(500))
+            .unwrap();
+        client
+            .create_schedule(
+                &json!({"queue": "slow", "at": at.to_string(), "lease_seconds": 2}),
+                None,
+            )
+            .await
+            .unwrap();
+        let mut doomed = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "e2e_doomed_worker",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("E2E_URL", &server.url)
+            .env("E2E_KEY", &server.key)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // libtest prints "test e2e_doomed_worker ... " before the child's own output.
+        let line = BufReader::new(doomed.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("CLAIMED"))
+            .unwrap();
+        let mut parts = line[line.find("CLAIMED").unwrap()..]
+            .split_whitespace()
+            .skip(1);
+        let (id, epoch): (uuid::Uuid, i64) = (
+            parts.next().unwrap().parse().unwrap(),
+            parts.next().unwrap().parse().unwrap(),
+        );
+        doomed.kill().unwrap(); // SIGKILL
+        doomed.wait().unwrap();
+
+        let mut cfg = WorkerConfig::new("slow", "rescuer");
+        cfg.idle_poll = Duration::from_millis(100);
+        let rescuer = Worker::new(client.clone(), cfg);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let run = tokio::spawn(async move {
+            rescuer
+                .run(
+                    |_job: Job| async move { Ok::<_, JobError>(json!("rescued")) },
+                    stopped,
+                )
+                .await
+        });
+        let start = Instant::now();
+        loop {
+            let o = client.get_occurrence(id).await.unwrap();
+            if o["state"] == "SUCCEEDED" {
+                assert_eq!(o["result"], json!("rescued"));
+                assert_eq!(o["epoch"], 2, "re-claimed under a new epoch");
+                let outcomes: Vec<&str> = o["attempts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a["outcome"].as_str().unwrap())
+                    .collect();
+                assert_eq!(outcomes, ["lease_expired", "succeeded"]);
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the killed worker's occurrence was never re-run: {o}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.send(true).unwrap();
+        run.await.unwrap().unwrap();
+        let late = client
+            .complete(id, "doomed", epoch, json!("zombie"))
+            .await
+            .unwrap_err();
+        assert_eq!(late.lease_conflict(), Some("stale_epoch"), "{late}");
+        assert_eq!(
+            client.get_occurrence(id).await.unwrap()["result"],
+            json!("rescued")
+        );
+    });
+    // Graceful shutdown on SIGTERM.
+    let mut server = server;
+    let pid = server.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "serve exits cleanly on SIGTERM: {status}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
