@@ -17,6 +17,34 @@ pub(crate) enum TenantCommand {
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
     },
+    /// Set a tenant's quotas (omit a flag to remove that limit).
+    Quota {
+        /// The tenant's name.
+        name: String,
+        /// Most ACTIVE schedules; creating more answers 429.
+        #[arg(long)]
+        max_active_schedules: Option<i64>,
+        /// Most occurrences RUNNING at once across the tenant's queues.
+        #[arg(long)]
+        max_running: Option<i64>,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// Limit how many occurrences of one of the tenant's queues run at once, across all
+    /// workers and nodes (omit --max-running to remove the limit).
+    QueueLimit {
+        /// The tenant's name.
+        name: String,
+        /// The queue.
+        queue: String,
+        /// Most RUNNING at once.
+        #[arg(long)]
+        max_running: Option<i64>,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
     /// List tenants.
     List {
         /// SQLite file path, or a postgres:// URL.
@@ -95,6 +123,51 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                     .await
                     .map_err(store_err)?;
                 println!("{key}");
+            }
+            TenantCommand::Quota {
+                name,
+                max_active_schedules,
+                max_running,
+                database,
+            } => {
+                if max_active_schedules.is_some_and(|m| m < 0) || max_running.is_some_and(|m| m < 0)
+                {
+                    return Err(CliError::usage("quotas must not be negative"));
+                }
+                let store = db::open(&database, None).await?;
+                let tenant = store
+                    .tenant_by_name(&name)
+                    .await
+                    .map_err(store_err)?
+                    .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))?;
+                store
+                    .tenant_quota_set(campanile_store::TenantQuota {
+                        tenant: tenant.id,
+                        max_active_schedules,
+                        max_running,
+                    })
+                    .await
+                    .map_err(store_err)?;
+            }
+            TenantCommand::QueueLimit {
+                name,
+                queue,
+                max_running,
+                database,
+            } => {
+                if max_running.is_some_and(|m| m < 0) {
+                    return Err(CliError::usage("--max-running must not be negative"));
+                }
+                let store = db::open(&database, None).await?;
+                let tenant = store
+                    .tenant_by_name(&name)
+                    .await
+                    .map_err(store_err)?
+                    .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))?;
+                store
+                    .queue_limit_set(tenant.id, &queue, max_running)
+                    .await
+                    .map_err(store_err)?;
             }
             TenantCommand::List { database } => {
                 let store = db::open(&database, None).await?;

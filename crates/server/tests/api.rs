@@ -808,3 +808,104 @@ async fn health_readiness_metrics_and_openapi() {
     insta::assert_json_snapshot!("openapi_routes", routes);
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
 }
+
+#[tokio::test]
+async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
+    use campanile_core::{OccurrenceState, Overlap, ScheduleId};
+    use campanile_store::{NewOccurrence, OccurrenceInsertMany};
+    let app = app().await;
+    let tenants = app.store.tenant_list().await.unwrap();
+    let (ta, tb) = (tenants[0].id, tenants[1].id);
+    let now = jiff::Timestamp::now();
+    let item = |sid: ScheduleId, i: i64| NewOccurrence {
+        schedule_id: sid,
+        version: 1,
+        scheduled_for: now
+            .checked_sub(jiff::SignedDuration::from_millis(i + 1))
+            .unwrap(),
+        available_at: now
+            .checked_sub(jiff::SignedDuration::from_millis(i + 1))
+            .unwrap(),
+        queue: "hourly".into(),
+        priority: 0,
+        max_attempts: 3,
+        backoff_initial: jiff::SignedDuration::from_secs(1),
+        backoff_max: jiff::SignedDuration::from_secs(10),
+        state: OccurrenceState::Ready,
+        overlap: Overlap::Allow,
+    };
+    let (sa, sb) = (
+        ScheduleId(uuid::Uuid::now_v7()),
+        ScheduleId(uuid::Uuid::now_v7()),
+    );
+    app.store
+        .occurrence_insert_many(OccurrenceInsertMany {
+            tenant: ta,
+            items: (0..10_000).map(|i| item(sa, i)).collect(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    app.store
+        .occurrence_insert_many(OccurrenceInsertMany {
+            tenant: tb,
+            items: (0..10).map(|i| item(sb, i)).collect(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    // Tenant A's top-of-the-hour batch is claimed concurrently with B's first claim of the same
+    // queue name: B gets all ten at once.
+    let a_claim = app.call(
+        "POST",
+        "/v1/queues/hourly/claim",
+        Some(&app.a),
+        Some(json!({"worker_id": "a", "max": 1000})),
+    );
+    let b_claim = app.call(
+        "POST",
+        "/v1/queues/hourly/claim",
+        Some(&app.b),
+        Some(json!({"worker_id": "b", "max": 100})),
+    );
+    let ((_, a), (_, b)) = tokio::join!(a_claim, b_claim);
+    assert_eq!(a["occurrences"].as_array().unwrap().len(), 1000);
+    assert_eq!(
+        b["occurrences"].as_array().unwrap().len(),
+        10,
+        "the small tenant is served in its first claim"
+    );
+
+    // Over the active-schedules quota: 429 with Retry-After.
+    app.store
+        .tenant_quota_set(campanile_store::TenantQuota {
+            tenant: tb,
+            max_active_schedules: Some(1),
+            max_running: None,
+        })
+        .await
+        .unwrap();
+    let (s, _) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.b),
+            Some(json!({"queue": "q", "every": "1h"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/schedules")
+        .header("authorization", format!("Bearer {}", app.b))
+        .header("content-type", "application/json")
+        .body(Body::from(json!({"queue": "q", "every": "1h"}).to_string()))
+        .unwrap();
+    let (s, v, headers) = app.raw(req).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
+    );
+    assert!(headers.get("retry-after").is_some());
+    assert!(v["message"].as_str().unwrap().contains("at most 1 active"));
+}

@@ -165,6 +165,15 @@ CREATE TABLE planner_nodes (
     alive_until  BIGINT NOT NULL
 );
 
+-- Per-queue concurrency limits: at most max_running occurrences of a tenant's queue RUNNING at
+-- once, across all workers and nodes (claims count and take under one lock).
+CREATE TABLE queue_limits (
+    tenant_id    BIGINT NOT NULL,
+    queue        TEXT NOT NULL,
+    max_running  BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, queue)
+);
+
 CREATE TABLE idempotency_keys (
     tenant_id     BIGINT NOT NULL,
     key           TEXT   NOT NULL,

@@ -147,3 +147,82 @@ pub(crate) async fn idempotency_put(c: &Client, p: IdempotencyPut) -> R<bool> {
     .await?;
     Ok(n == 1)
 }
+
+pub(crate) async fn tenant_quota_set(c: &Client, p: TenantQuota) -> R<()> {
+    let n = execute(
+        c,
+        "UPDATE tenants SET max_active_schedules = $2, max_running = $3 WHERE id = $1",
+        &[&p.tenant.0, &p.max_active_schedules, &p.max_running],
+    )
+    .await?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
+    }
+    Ok(())
+}
+
+pub(crate) async fn queue_limit_set(
+    c: &Client,
+    tenant: TenantId,
+    queue: &str,
+    max_running: Option<i64>,
+) -> R<()> {
+    match max_running {
+        None => {
+            execute(
+                c,
+                "DELETE FROM queue_limits WHERE tenant_id = $1 AND queue = $2",
+                &[&tenant.0, &queue],
+            )
+            .await
+        }
+        Some(m) => {
+            execute(
+                c,
+                "INSERT INTO queue_limits (tenant_id, queue, max_running) VALUES ($1, $2, $3)
+                 ON CONFLICT (tenant_id, queue) DO UPDATE SET max_running = excluded.max_running",
+                &[&tenant.0, &queue, &m],
+            )
+            .await
+        }
+    }
+    .map(|_| ())
+}
+
+/// Refuses a new active schedule beyond the tenant's quota (under a per-tenant lock).
+pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    adding: i64,
+) -> R<()> {
+    let limit: Option<i64> = query(
+        c,
+        "SELECT max_active_schedules FROM tenants WHERE id = $1",
+        &[&tenant.0],
+    )
+    .await?
+    .first()
+    .and_then(|r| r.get(0));
+    if let Some(limit) = limit {
+        execute(
+            c,
+            "SELECT pg_advisory_xact_lock(hashtextextended('campanile/schedules/' || $1::text, 0))",
+            &[&tenant.0.to_string()],
+        )
+        .await?;
+        let active: i64 = query(
+            c,
+            "SELECT count(*) FROM schedules WHERE tenant_id = $1 AND state = 'ACTIVE'",
+            &[&tenant.0],
+        )
+        .await?
+        .first()
+        .map_or(0, |r| r.get(0));
+        if active + adding > limit {
+            return Err(StoreError::QuotaExceeded(format!(
+                "the tenant may have at most {limit} active schedules ({active} now)"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -343,6 +343,19 @@ impl Store for PgStore {
         admin::idempotency_put(&self.client().await?, p).await
     }
 
+    async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
+        admin::tenant_quota_set(&self.client().await?, p).await
+    }
+
+    async fn queue_limit_set(
+        &self,
+        tenant: TenantId,
+        queue: &str,
+        max_running: Option<i64>,
+    ) -> Result<(), StoreError> {
+        admin::queue_limit_set(&self.client().await?, tenant, queue, max_running).await
+    }
+
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
         schedules::missed_range_list(&self.client().await?, p).await
     }

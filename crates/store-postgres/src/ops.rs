@@ -95,6 +95,7 @@ pub(crate) async fn tenant_create(c: &Client, p: TenantCreate) -> R<Tenant> {
 pub(crate) async fn schedule_create(c: &mut Client, p: ScheduleCreate) -> R<()> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
+    crate::admin::check_schedule_quota(&tx, p.tenant, 1).await?;
     execute(
         &tx,
         "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
@@ -192,7 +193,74 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
 pub(crate) async fn occurrence_claim(c: &mut Client, p: OccurrenceClaim) -> R<Vec<Claimed>> {
     let now = resolve_now(c, p.now).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
-    let max = i64::from(p.max);
+    let limits = query(
+        c,
+        "SELECT (SELECT max_running FROM tenants WHERE id = $1), (SELECT max_running FROM queue_limits WHERE tenant_id = $1 AND queue = $2)",
+        &[&p.tenant.0, &p.queue],
+    )
+    .await?;
+    let (tenant_limit, queue_limit): (Option<i64>, Option<i64>) = limits
+        .first()
+        .map_or((None, None), |r| (r.get(0), r.get(1)));
+    let mut out = if tenant_limit.is_none() && queue_limit.is_none() {
+        fast_claim(c, &p, now, lease_until, p.max).await?
+    } else {
+        // Count and claim under one lock per limit, so the limit holds across nodes.
+        let tx = c.transaction().await.map_err(pg_err)?;
+        let mut allowed = i64::from(p.max);
+        if let Some(limit) = tenant_limit {
+            execute(&tx, "SELECT pg_advisory_xact_lock(hashtextextended('campanile/tenant/' || $1::text, 0))", &[&p.tenant.0.to_string()]).await?;
+            let running: i64 = query(
+                &tx,
+                "SELECT count(*) FROM occurrences WHERE tenant_id = $1 AND state = 'RUNNING'",
+                &[&p.tenant.0],
+            )
+            .await?
+            .first()
+            .map_or(0, |r| r.get(0));
+            allowed = allowed.min(limit - running);
+        }
+        if let Some(limit) = queue_limit {
+            let key = format!("{}/{}", p.tenant.0, p.queue);
+            execute(
+                &tx,
+                "SELECT pg_advisory_xact_lock(hashtextextended('campanile/queue/' || $1, 0))",
+                &[&key],
+            )
+            .await?;
+            let running: i64 = query(&tx, "SELECT count(*) FROM occurrences WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING'", &[&p.tenant.0, &p.queue])
+                .await?
+                .first()
+                .map_or(0, |r| r.get(0));
+            allowed = allowed.min(limit - running);
+        }
+        let got = if allowed > 0 {
+            fast_claim(&tx, &p, now, lease_until, allowed as u32).await?
+        } else {
+            Vec::new()
+        };
+        tx.commit().await.map_err(pg_err)?;
+        if allowed <= got.len() as i64 {
+            return Ok(got);
+        }
+        got
+    };
+    let room = (p.max as usize).saturating_sub(out.len());
+    if room > 0 {
+        out.extend(claim_constrained(c, &p, now, lease_until, room).await?);
+    }
+    Ok(out)
+}
+
+/// The one-statement claim of up to `max` unconstrained occurrences.
+async fn fast_claim<C: GenericClient>(
+    c: &C,
+    p: &OccurrenceClaim,
+    now: i64,
+    lease_until: i64,
+    max: u32,
+) -> R<Vec<Claimed>> {
+    let max = i64::from(max);
     let rows = query(
         c,
         "WITH ready AS (
@@ -229,15 +297,9 @@ pub(crate) async fn occurrence_claim(c: &mut Client, p: OccurrenceClaim) -> R<Ve
         &[&p.tenant.0, &p.queue, &now, &max, &p.worker_id, &lease_until],
     )
     .await?;
-    let mut out = rows
-        .iter()
+    rows.iter()
         .map(|r| claimed_row(r, now, lease_until))
-        .collect::<R<Vec<_>>>()?;
-    let room = (p.max as usize).saturating_sub(out.len());
-    if room > 0 {
-        out.extend(claim_constrained(c, &p, now, lease_until, room).await?);
-    }
-    Ok(out)
+        .collect()
 }
 
 fn claimed_row(r: &Row, now: i64, lease_until: i64) -> R<Claimed> {

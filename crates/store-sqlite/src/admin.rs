@@ -172,3 +172,95 @@ pub(crate) fn idempotency_put(c: &Connection, p: &IdempotencyPut, now: i64) -> R
     .map(|n| n == 1)
     .map_err(db_err)
 }
+
+pub(crate) fn tenant_quota_set(c: &Connection, p: &TenantQuota) -> R<()> {
+    let n = c
+        .prepare_cached(
+            "UPDATE tenants SET max_active_schedules = ?2, max_running = ?3 WHERE id = ?1",
+        )
+        .and_then(|mut s| s.execute(params![p.tenant.0, p.max_active_schedules, p.max_running]))
+        .map_err(db_err)?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
+    }
+    Ok(())
+}
+
+pub(crate) fn queue_limit_set(
+    c: &Connection,
+    tenant: TenantId,
+    queue: &str,
+    max_running: Option<i64>,
+) -> R<()> {
+    match max_running {
+        None => c
+            .prepare_cached("DELETE FROM queue_limits WHERE tenant_id = ?1 AND queue = ?2")
+            .and_then(|mut s| s.execute(params![tenant.0, queue])),
+        Some(m) => c
+            .prepare_cached(
+                "INSERT INTO queue_limits (tenant_id, queue, max_running) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tenant_id, queue) DO UPDATE SET max_running = excluded.max_running",
+            )
+            .and_then(|mut s| s.execute(params![tenant.0, queue, m])),
+    }
+    .map(|_| ())
+    .map_err(db_err)
+}
+
+/// How many occurrences a claim may take without exceeding the tenant's running quota or the
+/// queue's concurrency limit (runs on the single writer, so the count and the claim are one).
+pub(crate) fn claim_allowance(c: &Connection, tenant: TenantId, queue: &str, max: u32) -> R<u32> {
+    let tenant_limit: Option<i64> = c
+        .prepare_cached("SELECT max_running FROM tenants WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)).optional())
+        .map_err(db_err)?
+        .flatten();
+    let queue_limit: Option<i64> = c
+        .prepare_cached("SELECT max_running FROM queue_limits WHERE tenant_id = ?1 AND queue = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![tenant.0, queue], |r| r.get(0))
+                .optional()
+        })
+        .map_err(db_err)?;
+    let mut allowed = i64::from(max);
+    if let Some(limit) = tenant_limit {
+        let running: i64 = c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM occurrences WHERE tenant_id = ?1 AND state = 'RUNNING'",
+            )
+            .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)))
+            .map_err(db_err)?;
+        allowed = allowed.min(limit - running);
+    }
+    if let Some(limit) = queue_limit {
+        let running: i64 = c
+            .prepare_cached("SELECT COUNT(*) FROM occurrences WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING'")
+            .and_then(|mut s| s.query_row(params![tenant.0, queue], |r| r.get(0)))
+            .map_err(db_err)?;
+        allowed = allowed.min(limit - running);
+    }
+    Ok(allowed.max(0) as u32)
+}
+
+/// Refuses a new active schedule beyond the tenant's quota.
+pub(crate) fn check_schedule_quota(c: &Connection, tenant: TenantId, adding: i64) -> R<()> {
+    let limit: Option<i64> = c
+        .prepare_cached("SELECT max_active_schedules FROM tenants WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)).optional())
+        .map_err(db_err)?
+        .flatten();
+    if let Some(limit) = limit {
+        let active: i64 = c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM schedules WHERE tenant_id = ?1 AND state = 'ACTIVE'",
+            )
+            .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)))
+            .map_err(db_err)?;
+        if active + adding > limit {
+            return Err(StoreError::QuotaExceeded(format!(
+                "the tenant may have at most {limit} active schedules ({active} now)"
+            )));
+        }
+    }
+    Ok(())
+}

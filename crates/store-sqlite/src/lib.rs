@@ -344,6 +344,21 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
+        self.write(move |c| admin::tenant_quota_set(c, &p)).await
+    }
+
+    async fn queue_limit_set(
+        &self,
+        tenant: TenantId,
+        queue: &str,
+        max_running: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let queue = queue.to_string();
+        self.write(move |c| admin::queue_limit_set(c, tenant, &queue, max_running))
+            .await
+    }
+
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
         self.read(move |c| schedules::missed_range_list(c, &p))
             .await

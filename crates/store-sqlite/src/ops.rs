@@ -48,6 +48,7 @@ pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
 }
 
 pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R<()> {
+    crate::admin::check_schedule_quota(c, p.tenant, 1)?;
     c.prepare_cached(
         "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
          VALUES (?1, ?2, 1, 'ACTIVE', ?3, ?4, ?5, ?5)",
@@ -192,6 +193,20 @@ fn claim_row(r: &Row<'_>) -> rusqlite::Result<ClaimRow> {
 }
 
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
+    let allowed = crate::admin::claim_allowance(c, p.tenant, &p.queue, p.max)?;
+    if allowed == 0 {
+        return Ok(Vec::new());
+    }
+    let limited;
+    let p = if allowed < p.max {
+        limited = OccurrenceClaim {
+            max: allowed,
+            ..p.clone()
+        };
+        &limited
+    } else {
+        p
+    };
     let lease_until = now.saturating_add(dur_ms(p.lease));
     // Fast path, for schedules without an overlap policy: two index scans — due pending
     // work, expired leases with attempts left — merged by priority and availability. The

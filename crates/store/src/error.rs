@@ -95,6 +95,9 @@ pub enum StoreError {
     /// The operation is not allowed in the record's current state.
     #[error("{0}")]
     WrongState(String),
+    /// A tenant quota would be exceeded.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// A fenced batch was refused: the caller's shard lease is no longer current.
     #[error("fenced: {0}")]
     Fenced(String),

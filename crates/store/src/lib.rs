@@ -149,6 +149,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Stores an answer; false if one was stored first (the caller then answers with that one).
     async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError>;
 
+    /// Sets a tenant's quotas.
+    async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
+
+    /// Sets (or with `None` removes) a per-queue concurrency limit.
+    async fn queue_limit_set(
+        &self,
+        tenant: TenantId,
+        queue: &str,
+        max_running: Option<i64>,
+    ) -> Result<(), StoreError>;
+
     /// Summaries of long misfire gaps of a schedule.
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError>;
 }

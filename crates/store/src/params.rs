@@ -402,3 +402,14 @@ pub struct IdempotencyPut {
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
+
+/// Params of [`crate::Store::tenant_quota_set`]. `None` removes a limit.
+#[derive(Debug, Clone, Default)]
+pub struct TenantQuota {
+    /// Which tenant.
+    pub tenant: TenantId,
+    /// Most `ACTIVE` schedules; creating one more is refused.
+    pub max_active_schedules: Option<i64>,
+    /// Most occurrences `RUNNING` at once across all its queues; claims are cut to fit.
+    pub max_running: Option<i64>,
+}

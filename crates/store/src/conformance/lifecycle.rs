@@ -504,3 +504,69 @@ pub fn claim_orders_by_priority_then_availability(rt: &Runtime, h: Harness) {
         assert_eq!(order, vec![ids[4], ids[1], ids[3], ids[0], ids[2]]);
     });
 }
+
+pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        insert(
+            s,
+            &f,
+            (0..10)
+                .map(|i| new_occ(&f, "q", at(i), 3))
+                .chain((0..10).map(|i| new_occ(&f, "q2", at(100 + i), 3)))
+                .collect(),
+        )
+        .await;
+        s.tenant_quota_set(TenantQuota {
+            tenant: f.tenant,
+            max_active_schedules: Some(1),
+            max_running: Some(5),
+        })
+        .await
+        .unwrap();
+        s.queue_limit_set(f.tenant, "q2", Some(2)).await.unwrap();
+        // The queue limit: at most 2 of q2 running.
+        let c2 = claim(s, &f, "q2", "A", 10, 60, secs(1)).await;
+        assert_eq!(c2.len(), 2);
+        assert!(claim(s, &f, "q2", "B", 10, 60, secs(1)).await.is_empty());
+        // The tenant quota: 5 running across queues, 2 already in q2.
+        let c1 = claim(s, &f, "q", "A", 10, 60, secs(1)).await;
+        assert_eq!(c1.len(), 3);
+        assert!(claim(s, &f, "q", "A", 10, 60, secs(1)).await.is_empty());
+        // Finishing one frees one slot.
+        assert!(
+            finish(s, &f, "A", c1[0].id, c1[0].epoch, ok("done"), secs(2))
+                .await
+                .accepted()
+        );
+        assert_eq!(claim(s, &f, "q", "A", 10, 60, secs(2)).await.len(), 1);
+        // Limits removed: everything due can be claimed.
+        s.tenant_quota_set(TenantQuota {
+            tenant: f.tenant,
+            max_active_schedules: Some(1),
+            max_running: None,
+        })
+        .await
+        .unwrap();
+        s.queue_limit_set(f.tenant, "q2", None).await.unwrap();
+        assert_eq!(claim(s, &f, "q2", "A", 100, 60, secs(3)).await.len(), 8);
+        // The fixture's schedule is the one active schedule allowed.
+        let err = s
+            .schedule_create(ScheduleCreate {
+                tenant: f.tenant,
+                id: ScheduleId(Uuid::now_v7()),
+                spec: spec("q"),
+                shard: 0,
+                next_run_at: None,
+                now: Some(secs(3)),
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::QuotaExceeded(_)), "{err}");
+        // Another tenant is not affected by any of it.
+        let g = fixture(s, "other", "q").await;
+        insert(s, &g, (0..10).map(|i| new_occ(&g, "q", at(i), 3)).collect()).await;
+        assert_eq!(claim(s, &g, "q", "A", 100, 60, secs(3)).await.len(), 10);
+    });
+}
