@@ -10,24 +10,77 @@ use clap::Args;
 
 use crate::{CliError, db};
 
-/// Arguments of `campanile serve`.
+/// Arguments of `campanile serve`. Each setting comes from, in order: the flag, the
+/// environment variable, the config file, the built-in default.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "CAMPANILE_LISTEN", default_value = "127.0.0.1:7070")]
+    /// Address to listen on [default: 127.0.0.1:7070].
+    #[arg(long, env = "CAMPANILE_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// SQLite file path (created if missing), or a postgres:// URL [default: ./campanile.db].
+    #[arg(long, env = "CAMPANILE_DATABASE")]
+    database: Option<String>,
+    /// Planner shards; every node of a deployment must use the same number [default: 16].
+    #[arg(long, env = "CAMPANILE_SHARDS")]
+    shards: Option<u32>,
+    /// Largest accepted request body in bytes [default: 262144].
+    #[arg(long, env = "CAMPANILE_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// A TOML file with any of: listen, database, shards, max_body_bytes.
+    #[arg(long, env = "CAMPANILE_CONFIG")]
+    config: Option<std::path::PathBuf>,
+}
+
+/// The config file's shape.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    database: Option<String>,
+    shards: Option<u32>,
+    max_body_bytes: Option<usize>,
+}
+
+/// The resolved settings.
+#[derive(Debug)]
+struct Settings {
     listen: SocketAddr,
-    /// SQLite file path (created if missing), or a postgres:// URL.
-    #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
     database: String,
-    /// Planner shards; every node of a deployment must use the same number.
-    #[arg(long, env = "CAMPANILE_SHARDS", default_value_t = 16)]
     shards: u32,
-    /// Largest accepted request body in bytes.
-    #[arg(long, env = "CAMPANILE_MAX_BODY_BYTES", default_value_t = 256 * 1024)]
     max_body_bytes: usize,
 }
 
+fn settings(args: ServeArgs) -> Result<Settings, CliError> {
+    let file = match &args.config {
+        None => FileConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CliError::usage(format!("cannot read config file {}: {e}", path.display()))
+            })?;
+            toml::from_str(&text).map_err(|e| {
+                CliError::usage(format!("config file {}: {}", path.display(), e.message()))
+            })?
+        }
+    };
+    let default_listen: SocketAddr = "127.0.0.1:7070"
+        .parse()
+        .map_err(|e| CliError::runtime(format!("{e}")))?;
+    Ok(Settings {
+        listen: args.listen.or(file.listen).unwrap_or(default_listen),
+        database: args
+            .database
+            .or(file.database)
+            .unwrap_or_else(|| "./campanile.db".into()),
+        shards: args.shards.or(file.shards).unwrap_or(16),
+        max_body_bytes: args
+            .max_body_bytes
+            .or(file.max_body_bytes)
+            .unwrap_or(256 * 1024),
+    })
+}
+
 pub(crate) fn run(args: ServeArgs) -> Result<(), CliError> {
+    let args = settings(args)?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CAMPANILE_LOG")
@@ -72,7 +125,7 @@ async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn serve(args: ServeArgs) -> Result<(), CliError> {
+async fn serve(args: Settings) -> Result<(), CliError> {
     let store = db::open(&args.database, None).await?;
     first_run(store.as_ref(), &args.database).await?;
     let mut planner = PlannerConfig::new(format!(

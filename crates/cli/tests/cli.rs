@@ -124,3 +124,109 @@ fn bad_input_exits_2_with_one_line_on_stderr() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("hour") && err.contains("'25'"), "{err}");
 }
+
+#[test]
+fn serve_reads_a_config_file_and_refuses_a_bad_one() {
+    let dir = std::env::temp_dir().join(format!("campanile-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let cfg = dir.join("campanile.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = \"{}\"\nshards = 4\n",
+            dir.join("c.db").display()
+        ),
+    )
+    .expect("write");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let start = std::time::Instant::now();
+    let mut up = false;
+    while start.elapsed() < std::time::Duration::from_secs(20) {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(up, "serve listens where the config file says");
+    assert!(dir.join("c.db").exists(), "and uses its database");
+
+    std::fs::write(&cfg, "listen = \"not an address\"\n").expect("write");
+    let o = campanile(&["serve", "--config", cfg.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("config file"), "{}", stderr(&o));
+    std::fs::write(&cfg, "colour = \"red\"\n").expect("write");
+    let o = campanile(&["serve", "--config", cfg.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tenant_and_key_admin() {
+    let dir = std::env::temp_dir().join(format!("campanile-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = dir.join("a.db");
+    let db = db.to_str().expect("utf8");
+    let o = campanile(&["tenant", "create", "acme", "--database", db]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let key = stdout(&o);
+    assert_eq!(key.lines().count(), 1, "the key alone on stdout");
+    assert!(
+        key.trim().starts_with("cmp_") && key.trim().len() == 68,
+        "{key}"
+    );
+    let o = campanile(&["tenant", "create", "acme", "--database", db]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a duplicate name is a usage error: {}",
+        stderr(&o)
+    );
+    let o = campanile(&["tenant", "create", "bad name!", "--database", db]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = campanile(&["tenant", "list", "--database", db]);
+    assert!(stdout(&o).starts_with("acme\t"));
+    let o = campanile(&["key", "create", "--tenant", "acme", "--database", db]);
+    assert!(o.status.success());
+    let o = campanile(&["key", "create", "--tenant", "nobody", "--database", db]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = campanile(&["key", "revoke", key.trim(), "--database", db]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = campanile(&["key", "revoke", key.trim(), "--database", db]);
+    assert_eq!(o.status.code(), Some(2), "already revoked");
+    let o = campanile(&[
+        "tenant",
+        "quota",
+        "acme",
+        "--max-running",
+        "5",
+        "--database",
+        db,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = campanile(&[
+        "tenant",
+        "queue-limit",
+        "acme",
+        "emails",
+        "--max-running",
+        "2",
+        "--database",
+        db,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
