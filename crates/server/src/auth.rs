@@ -88,3 +88,37 @@ impl FromRequestParts<AppState> for Caller {
         Ok(Caller { tenant })
     }
 }
+
+/// An authenticated admin key: may manage tenants and keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Admin, ApiError> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(ApiError::unauthorized)?;
+        let key = value
+            .strip_prefix("Bearer ")
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(ApiError::unauthorized)?;
+        let record = state
+            .store
+            .api_key_find(&hash_key(key))
+            .await?
+            .ok_or_else(ApiError::unauthorized)?;
+        if !record.is_admin {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "forbidden",
+                "tenant management needs an admin key (campanile key create --admin)",
+            ));
+        }
+        Ok(Admin)
+    }
+}

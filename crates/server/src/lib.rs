@@ -5,6 +5,7 @@
 //! is not revealed. Errors are [`ErrorBody`] with a stable `code`. The OpenAPI document at
 //! `/openapi.json` is generated from the handlers and types below.
 
+mod admin;
 mod auth;
 mod body;
 pub mod dto;
@@ -109,6 +110,7 @@ fn metrics_handle() -> PrometheusHandle {
         schedules::cancel, schedules::preview,
         occurrences::list, occurrences::get, occurrences::get_planned, occurrences::claim, occurrences::renew,
         occurrences::complete, occurrences::fail, occurrences::completions, occurrences::redrive, occurrences::cancel,
+        admin::create_tenant, admin::list_tenants, admin::create_key,
         healthz, readyz
     ),
     modifiers(&BearerAuth),
@@ -191,7 +193,12 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         .route("/occurrences/{id}/cancel", post(occurrences::cancel))
         .route("/queues/{queue}/claim", post(occurrences::claim))
         .route("/leases/renew", post(occurrences::renew))
-        .route("/completions", post(occurrences::completions));
+        .route("/completions", post(occurrences::completions))
+        .route(
+            "/admin/tenants",
+            post(admin::create_tenant).get(admin::list_tenants),
+        )
+        .route("/admin/tenants/{name}/keys", post(admin::create_key));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(healthz))

@@ -909,3 +909,69 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
     assert!(headers.get("retry-after").is_some());
     assert!(v["message"].as_str().unwrap().contains("at most 1 active"));
 }
+
+#[tokio::test]
+async fn admin_keys_manage_tenants_and_tenant_keys_cannot() {
+    let app = app().await;
+    let admin = issue_key(app.store.as_ref(), None, true).await.unwrap();
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/admin/tenants",
+            Some(&admin),
+            Some(json!({"name": "newco"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let key = v["api_key"].as_str().unwrap().to_string();
+    // The new tenant's key works and sees nothing of the others.
+    let (s, l) = app.call("GET", "/v1/schedules", Some(&key), None).await;
+    assert_eq!(
+        (s, l["schedules"].as_array().unwrap().len()),
+        (StatusCode::OK, 0)
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/admin/tenants",
+            Some(&admin),
+            Some(json!({"name": "newco"})),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "already_exists"));
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/admin/tenants",
+            Some(&admin),
+            Some(json!({"name": "no spaces please"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+    );
+    let (s, v) = app
+        .call("GET", "/v1/admin/tenants", Some(&admin), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["tenants"].as_array().unwrap().len(), 3);
+    let (s, v) = app
+        .call("POST", "/v1/admin/tenants/newco/keys", Some(&admin), None)
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    assert_ne!(v["api_key"].as_str().unwrap(), key);
+    let (s, _) = app
+        .call("POST", "/v1/admin/tenants/ghost/keys", Some(&admin), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // Tenant keys may not manage tenants; admin keys may not use the tenant API.
+    let (s, v) = app
+        .call("GET", "/v1/admin/tenants", Some(&app.a), None)
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+    let (s, v) = app.call("GET", "/v1/schedules", Some(&admin), None).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+    let (s, _) = app.call("GET", "/v1/admin/tenants", None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
