@@ -61,26 +61,84 @@ pub(crate) async fn create(
         }
         None => None,
     };
-    let request_hash = crate::auth::hash_key(&String::from_utf8_lossy(&body.raw));
-    if let Some(key) = &idem {
-        if let Some(prev) = state.store.idempotency_get(caller.tenant, key).await? {
-            if prev.request_hash != request_hash {
-                return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "idempotency_key_reused",
-                    "this Idempotency-Key was used for a different request",
-                ));
-            }
-            let status = StatusCode::from_u16(prev.status).unwrap_or(StatusCode::OK);
-            let value: serde_json::Value = serde_json::from_str(&prev.body).unwrap_or_default();
-            return Ok((status, Json(value)).into_response());
-        }
-    }
     if body.value.version.is_some() {
         return Err(ApiError::invalid("version is only accepted by PATCH"));
     }
     let now = state.store.store_now().await?;
     let spec = body.value.to_spec(now)?;
+    let Some(key) = idem else {
+        let out = create_now(&state, caller, spec, now).await?;
+        return Ok((StatusCode::CREATED, Json(out)).into_response());
+    };
+    // Reserve the key before creating, so two concurrent first requests cannot both create.
+    let request_hash = crate::auth::hash_key(&String::from_utf8_lossy(&body.raw));
+    let reserved = state
+        .store
+        .idempotency_put(IdempotencyPut {
+            tenant: caller.tenant,
+            key: key.clone(),
+            request_hash: request_hash.clone(),
+            status: 0,
+            body: String::new(),
+            now: None,
+        })
+        .await?;
+    if !reserved {
+        let prev = state
+            .store
+            .idempotency_get(caller.tenant, &key)
+            .await?
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "request_in_progress",
+                    "a request with this Idempotency-Key just finished failing; retry",
+                )
+            })?;
+        if prev.request_hash != request_hash {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used for a different request",
+            ));
+        }
+        if prev.status == 0 {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "request_in_progress",
+                "a request with this Idempotency-Key is still being processed; retry shortly",
+            ));
+        }
+        let status = StatusCode::from_u16(prev.status).unwrap_or(StatusCode::OK);
+        let value: serde_json::Value = serde_json::from_str(&prev.body).unwrap_or_default();
+        return Ok((status, Json(value)).into_response());
+    }
+    match create_now(&state, caller, spec, now).await {
+        Ok(out) => {
+            let text = serde_json::to_string(&out).unwrap_or_default();
+            state
+                .store
+                .idempotency_finish(caller.tenant, &key, Some((201, text)))
+                .await?;
+            Ok((StatusCode::CREATED, Json(out)).into_response())
+        }
+        Err(e) => {
+            // Release the key: the request did nothing, so a retry may try again.
+            let _ = state
+                .store
+                .idempotency_finish(caller.tenant, &key, None)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+async fn create_now(
+    state: &AppState,
+    caller: Caller,
+    spec: campanile_store::ScheduleSpec,
+    now: Timestamp,
+) -> Result<ScheduleOut, ApiError> {
     let view = state
         .schedules
         .create(caller.tenant, spec, Some(now))
@@ -88,22 +146,7 @@ pub(crate) async fn create(
     if let Some(p) = &state.planner {
         p.notify();
     }
-    let out = ScheduleOut::new(&view.record, view.next_fires);
-    if let Some(key) = idem {
-        let body = serde_json::to_string(&out).unwrap_or_default();
-        state
-            .store
-            .idempotency_put(IdempotencyPut {
-                tenant: caller.tenant,
-                key,
-                request_hash,
-                status: 201,
-                body,
-                now: None,
-            })
-            .await?;
-    }
-    Ok((StatusCode::CREATED, Json(out)).into_response())
+    Ok(ScheduleOut::new(&view.record, view.next_fires))
 }
 
 /// Query of `GET /v1/schedules`.

@@ -975,3 +975,71 @@ async fn admin_keys_manage_tenants_and_tenant_keys_cannot() {
     let (s, _) = app.call("GET", "/v1/admin/tenants", None, None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_requests_with_one_idempotency_key_create_one_schedule() {
+    let app = app().await;
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let router = app.router.clone();
+        let key = app.a.clone();
+        handles.push(tokio::spawn(async move {
+            let req = Request::builder()
+                .method("POST")
+                .uri("/v1/schedules")
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/json")
+                .header("idempotency-key", "burst")
+                .body(Body::from(
+                    json!({"queue": "burst", "every": "1h"}).to_string(),
+                ))
+                .unwrap();
+            let resp = router.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }));
+    }
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(h.await.unwrap());
+    }
+    let ids: std::collections::BTreeSet<String> = results
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .map(|(_, v)| v["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 1, "one schedule for one key: {results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|(s, v)| *s == StatusCode::CREATED || code(v) == "request_in_progress"),
+        "{results:?}"
+    );
+    let (_, list) = app
+        .call("GET", "/v1/schedules?queue=burst", Some(&app.a), None)
+        .await;
+    assert_eq!(list["schedules"].as_array().unwrap().len(), 1);
+
+    // A request that failed releases its key: the same request is judged again.
+    let bad = || {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/schedules")
+            .header("authorization", format!("Bearer {}", app.a))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "fix-and-retry")
+            .body(Body::from(
+                json!({"queue": "late", "at": now_plus(-3600)}).to_string(),
+            ))
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let (s, v, _) = app.raw(bad()).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            "{v}"
+        );
+    }
+}

@@ -226,3 +226,18 @@ pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
     }
     Ok(())
 }
+
+pub(crate) async fn idempotency_finish(
+    c: &Client,
+    tenant: TenantId,
+    key: &str,
+    answer: Option<(u16, String)>,
+) -> R<()> {
+    match answer {
+        Some((status, body)) => {
+            execute(c, "UPDATE idempotency_keys SET status = $3, response = $4 WHERE tenant_id = $1 AND key = $2", &[&tenant.0, &key, &i32::from(status), &body]).await
+        }
+        None => execute(c, "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2", &[&tenant.0, &key]).await,
+    }
+    .map(|_| ())
+}

@@ -343,6 +343,15 @@ impl Store for PgStore {
         admin::idempotency_put(&self.client().await?, p).await
     }
 
+    async fn idempotency_finish(
+        &self,
+        tenant: TenantId,
+        key: &str,
+        answer: Option<(u16, String)>,
+    ) -> Result<(), StoreError> {
+        admin::idempotency_finish(&self.client().await?, tenant, key, answer).await
+    }
+
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
         admin::tenant_quota_set(&self.client().await?, p).await
     }

@@ -264,3 +264,21 @@ pub(crate) fn check_schedule_quota(c: &Connection, tenant: TenantId, adding: i64
     }
     Ok(())
 }
+
+pub(crate) fn idempotency_finish(
+    c: &Connection,
+    tenant: TenantId,
+    key: &str,
+    answer: Option<(u16, String)>,
+) -> R<()> {
+    match answer {
+        Some((status, body)) => c
+            .prepare_cached("UPDATE idempotency_keys SET status = ?3, response = ?4 WHERE tenant_id = ?1 AND key = ?2")
+            .and_then(|mut s| s.execute(params![tenant.0, key, status, body])),
+        None => c
+            .prepare_cached("DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2")
+            .and_then(|mut s| s.execute(params![tenant.0, key])),
+    }
+    .map(|_| ())
+    .map_err(db_err)
+}

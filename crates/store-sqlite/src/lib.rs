@@ -344,6 +344,17 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn idempotency_finish(
+        &self,
+        tenant: TenantId,
+        key: &str,
+        answer: Option<(u16, String)>,
+    ) -> Result<(), StoreError> {
+        let key = key.to_string();
+        self.write(move |c| admin::idempotency_finish(c, tenant, &key, answer))
+            .await
+    }
+
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
         self.write(move |c| admin::tenant_quota_set(c, &p)).await
     }

@@ -149,6 +149,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Stores an answer; false if one was stored first (the caller then answers with that one).
     async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError>;
 
+    /// Records the final answer for a reserved key (`Some`), or releases the reservation
+    /// (`None`) when the request failed, so that it can be retried.
+    async fn idempotency_finish(
+        &self,
+        tenant: TenantId,
+        key: &str,
+        answer: Option<(u16, String)>,
+    ) -> Result<(), StoreError>;
+
     /// Sets a tenant's quotas.
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
 
