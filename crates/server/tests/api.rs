@@ -807,6 +807,18 @@ async fn health_readiness_metrics_and_openapi() {
     routes.sort();
     insta::assert_json_snapshot!("openapi_routes", routes);
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    // The document parses as OpenAPI 3.1, and every operation documents its responses.
+    let typed: oas3::OpenApiV3Spec =
+        serde_json::from_value(doc.clone()).expect("a valid OpenAPI document");
+    assert!(typed.paths.as_ref().is_some_and(|p| p.len() >= 18));
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            assert!(
+                op["responses"].as_object().is_some_and(|r| !r.is_empty()),
+                "{method} {path} documents no responses"
+            );
+        }
+    }
 }
 
 #[tokio::test]
