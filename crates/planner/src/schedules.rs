@@ -121,7 +121,7 @@ impl Schedules {
                     .checked_sub(SignedDuration::from_nanos(1))
                     .unwrap_or(now);
                 match record.spec.timing {
-                    Timing::At(at) if at >= now || record.next_run_at.is_some() => vec![at],
+                    Timing::At(at) if at >= now => vec![at],
                     _ => next_fires(&cal, from, 5),
                 }
             }

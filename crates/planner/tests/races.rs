@@ -98,17 +98,13 @@ async fn racing_planners_leave_one_occurrence_per_instant(env: Env) {
             assert!(got.iter().all(|t| *t <= max_horizon));
             let all = expected(&env, id, t0, max_horizon).await;
             assert!(got.is_subset(&all), "only calendar instants");
-            let rec = env
-                .store
-                .schedule_get(ScheduleGet {
-                    tenant: env.tenant,
-                    id,
-                })
-                .await
-                .unwrap()
-                .unwrap();
             assert!(
-                rec.next_run_at.unwrap() > *got.iter().last().unwrap(),
+                env.store
+                    .schedule_position(env.tenant, id)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    > *got.iter().last().unwrap(),
                 "next_run_at never behind what was planned"
             );
         }
@@ -142,15 +138,8 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
     assert_eq!(b.tick(Some(later)).await.unwrap().shards, 4);
     // A comes back and commits with its old epoch: refused, nothing inserted.
     let before = occurrences(&env, id).await.len();
-    let rec = env
-        .store
-        .schedule_get(ScheduleGet {
-            tenant: env.tenant,
-            id,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let position = env.store.schedule_position(env.tenant, id).await.unwrap();
+    assert!(position.is_some());
     let err = env
         .store
         .plan_commit(PlanCommit {
@@ -161,8 +150,8 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
                 tenant: env.tenant,
                 schedule_id: id,
                 version: 1,
-                expected_next_run_at: rec.next_run_at.unwrap(),
-                next_run_at: Some(plus(rec.next_run_at.unwrap(), 86_400)),
+                expected_next_run_at: position.unwrap(),
+                next_run_at: Some(plus(position.unwrap(), 86_400)),
                 occurrences: vec![],
                 missed: None,
             }],
@@ -198,16 +187,11 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
         .await
         .unwrap();
     assert_eq!((r.applied, r.stale), (0, 1));
-    let after = env
-        .store
-        .schedule_get(ScheduleGet {
-            tenant: env.tenant,
-            id,
-        })
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(after.next_run_at, rec.next_run_at, "never moved backwards");
+    assert_eq!(
+        env.store.schedule_position(env.tenant, id).await.unwrap(),
+        position,
+        "never moved backwards"
+    );
     // A node that stops renewing loses its shards within one lease period; graceful release
     // hands them over at once.
     // A is alive again: B gives up the excess over a fair share, and A takes it.

@@ -259,6 +259,14 @@ impl Store for PgStore {
         Timestamp::from_millisecond(ms).map_err(|e| StoreError::Database(e.to_string()))
     }
 
+    async fn schedule_position(
+        &self,
+        tenant: TenantId,
+        id: campanile_core::ScheduleId,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        schedules::schedule_position(&self.client().await?, tenant, id).await
+    }
+
     async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError> {
         schedules::schedule_get(&self.client().await?, p.tenant, p.id).await
     }

@@ -119,11 +119,7 @@ pub(crate) async fn schedule_get<C: GenericClient>(
         return Ok(None);
     };
     let state = state_of(r.get(3))?;
-    let next: Option<i64> = if state == ScheduleState::Active {
-        queue_get(c, r.get(4), id).await?
-    } else {
-        r.get(5)
-    };
+    let next: Option<i64> = r.get(5);
     Ok(Some(ScheduleRecord {
         id: ScheduleId(r.get(0)),
         tenant: TenantId(r.get(1)),
@@ -627,4 +623,23 @@ pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) 
     }
     tx.commit().await.map_err(pg_err)?;
     Ok(n)
+}
+
+pub(crate) async fn schedule_position(
+    c: &Client,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<Option<Timestamp>> {
+    let rows = query(
+        c,
+        "SELECT shard, state FROM schedules WHERE id = $1 AND tenant_id = $2",
+        &[&id.0, &tenant.0],
+    )
+    .await?;
+    match rows.first() {
+        Some(r) if r.get::<_, &str>(1) == "ACTIVE" => {
+            queue_get(c, r.get(0), id).await?.map(ts).transpose()
+        }
+        _ => Ok(None),
+    }
 }

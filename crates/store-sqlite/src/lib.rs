@@ -241,6 +241,15 @@ impl Store for SqliteStore {
         Ok(self.inner.clock.now())
     }
 
+    async fn schedule_position(
+        &self,
+        tenant: TenantId,
+        id: campanile_core::ScheduleId,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        self.read(move |c| schedules::schedule_position(c, tenant, id))
+            .await
+    }
+
     async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError> {
         self.read(move |c| schedules::schedule_get(c, p.tenant, p.id))
             .await

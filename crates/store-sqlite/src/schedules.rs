@@ -134,11 +134,6 @@ pub(crate) fn schedule_get(
     let Some(((id, tenant, version, state, shard, next, created, updated), spec)) = row else {
         return Ok(None);
     };
-    let next = if state == "ACTIVE" {
-        queue_get(c, shard, ScheduleId(id))?
-    } else {
-        next
-    };
     Ok(Some(ScheduleRecord {
         id: ScheduleId(id),
         tenant: TenantId(tenant),
@@ -616,4 +611,22 @@ pub(crate) fn schedule_create_many(c: &Connection, p: &ScheduleCreateMany, now: 
         }
     }
     Ok(n)
+}
+
+pub(crate) fn schedule_position(
+    c: &Connection,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<Option<Timestamp>> {
+    let shard: Option<(i32, String)> = c
+        .prepare_cached("SELECT shard, state FROM schedules WHERE id = ?1 AND tenant_id = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![id.0, tenant.0], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(db_err)?;
+    match shard {
+        Some((shard, state)) if state == "ACTIVE" => queue_get(c, shard, id)?.map(ts).transpose(),
+        _ => Ok(None),
+    }
 }

@@ -83,6 +83,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The store's clock: the database's on PostgreSQL, the process's on SQLite.
     async fn store_now(&self) -> Result<Timestamp, StoreError>;
 
+    /// Where an active schedule stands in the planner's queue: the next instant it will plan.
+    /// (A scan of one shard's queue; [`ScheduleRecord::next_run_at`] is only a snapshot.)
+    async fn schedule_position(
+        &self,
+        tenant: TenantId,
+        id: campanile_core::ScheduleId,
+    ) -> Result<Option<Timestamp>, StoreError>;
+
     /// A schedule with its current version, if it belongs to the tenant.
     async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError>;
 

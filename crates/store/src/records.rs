@@ -363,7 +363,9 @@ pub struct ScheduleRecord {
     pub state: ScheduleState,
     /// Planning shard.
     pub shard: i32,
-    /// The next instant the planner will plan (`None`: nothing left).
+    /// Where planning stood at the last lifecycle change (creation, update, pause, resume):
+    /// where a paused schedule resumes from. The live position of an active schedule is in the
+    /// planner's queue: [`crate::Store::schedule_position`].
     pub next_run_at: Option<Timestamp>,
     /// The current version's definition.
     pub spec: ScheduleSpec,
