@@ -79,8 +79,12 @@ async fn sweeper(store: Arc<dyn Store>, cfg: SweepConfig, mut stop: watch::Recei
             })
             .await
         {
-            Ok(r) if r.requeued + r.dead >= u64::from(cfg.batch) => Duration::ZERO,
+            Ok(r) if r.requeued + r.dead >= u64::from(cfg.batch) => {
+                record_sweep(r);
+                Duration::ZERO
+            }
             Ok(r) => {
+                record_sweep(r);
                 if r.requeued + r.dead > 0 {
                     tracing::info!(
                         requeued = r.requeued,
@@ -99,5 +103,13 @@ async fn sweeper(store: Arc<dyn Store>, cfg: SweepConfig, mut stop: watch::Recei
             _ = tokio::time::sleep(pause) => {}
             _ = stop.changed() => {}
         }
+    }
+}
+
+fn record_sweep(r: campanile_store::SweepReport) {
+    if r.requeued + r.dead > 0 {
+        metrics::counter!("campanile_leases_expired_total").increment(r.requeued + r.dead);
+        metrics::counter!("campanile_leases_recovered_total").increment(r.requeued);
+        metrics::counter!("campanile_occurrences_dead_total").increment(r.dead);
     }
 }

@@ -120,6 +120,7 @@ impl Planner {
             })
             .await?;
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = leases.clone();
+        metrics::gauge!("campanile_planner_shards_held").set(leases.len() as f64);
         let mut report = TickReport {
             shards: leases.len(),
             ..TickReport::default()
@@ -164,6 +165,8 @@ impl Planner {
                 report.commit += t_commit.elapsed();
                 match committed {
                     Ok(r) => {
+                        metrics::counter!("campanile_occurrences_planned_total")
+                            .increment(r.inserted);
                         report.planned += r.applied;
                         report.inserted += r.inserted;
                         report.stale += r.stale;
@@ -203,6 +206,7 @@ impl Planner {
                     now,
                     horizon: self.cfg.horizon,
                 });
+                record_plan(&p, now);
                 (p.occurrences, p.missed, p.next_run_at)
             }
             Err(e) => {
@@ -266,5 +270,26 @@ impl Planner {
         let wake_at = next.checked_sub(self.cfg.horizon).unwrap_or(next);
         let ms = wake_at.as_millisecond() - now.as_millisecond();
         Duration::from_millis(ms.clamp(0, cap.as_millis() as i64) as u64)
+    }
+}
+
+/// Schedule lag (`visible_at - scheduled_for`, where an occurrence becomes visible when it is
+/// planned or when it becomes available, whichever is later) and misses, per planned item.
+fn record_plan(p: &crate::materialize::Planned, now: Timestamp) {
+    let mut missed = p.missed.as_ref().map_or(0, |m| m.count);
+    for o in &p.occurrences {
+        match o.state {
+            campanile_core::OccurrenceState::Missed => missed += 1,
+            _ => {
+                let visible = now.max(o.available_at);
+                let lag = (visible.as_millisecond() - o.scheduled_for.as_millisecond()).max(0)
+                    as f64
+                    / 1000.0;
+                metrics::histogram!("campanile_schedule_lag_seconds").record(lag);
+            }
+        }
+    }
+    if missed > 0 {
+        metrics::counter!("campanile_occurrences_missed_total").increment(missed);
     }
 }

@@ -139,7 +139,10 @@ impl From<StoreError> for ApiError {
             StoreError::WrongState(m) => ApiError::new(StatusCode::CONFLICT, "wrong_state", m),
             StoreError::AlreadyExists(m) => ApiError::new(StatusCode::CONFLICT, "already_exists", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
-            StoreError::QuotaExceeded(m) => ApiError::rate_limited(m, 60),
+            StoreError::QuotaExceeded(m) => {
+                metrics::counter!("campanile_throttled_requests_total").increment(1);
+                ApiError::rate_limited(m, 60)
+            }
             other => {
                 tracing::error!(error = %other, "store error");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")

@@ -93,10 +93,20 @@ fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let lag_buckets = [
+                0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                    &lag_buckets,
+                )
+                .map(|b| b.build_recorder())
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
             // Another recorder may already be installed (tests embedding several servers).
             let _ = metrics::set_global_recorder(recorder);
+            register_metrics();
             handle
         })
         .clone()
@@ -208,4 +218,89 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
         .with_state(state)
+}
+
+/// Every metric Campanile exports, described and present from the start (at zero), so that
+/// dashboards and alerts see them before the first event. Label sets are bounded: no tenant
+/// or occurrence ids.
+pub const METRICS: &[(&str, &str)] = &[
+    (
+        "campanile_occurrences_planned_total",
+        "Occurrences materialized by the planner.",
+    ),
+    (
+        "campanile_occurrences_claimed_total",
+        "Occurrences handed to workers.",
+    ),
+    (
+        "campanile_occurrences_completed_total",
+        "Completions accepted.",
+    ),
+    (
+        "campanile_occurrences_failed_total",
+        "Failures accepted (transient and permanent).",
+    ),
+    (
+        "campanile_occurrences_retried_total",
+        "Transient failures scheduled for another attempt.",
+    ),
+    (
+        "campanile_occurrences_dead_total",
+        "Occurrences that became dead letters.",
+    ),
+    (
+        "campanile_occurrences_missed_total",
+        "Instants recorded as MISSED by the misfire policy.",
+    ),
+    (
+        "campanile_occurrences_canceled_total",
+        "Unclaimed occurrences canceled by a schedule change.",
+    ),
+    (
+        "campanile_stale_completions_refused_total",
+        "Completions or failures refused by the fence.",
+    ),
+    (
+        "campanile_leases_expired_total",
+        "Leases that ran out (found by the recovery sweep).",
+    ),
+    (
+        "campanile_leases_recovered_total",
+        "Expired leases returned to READY.",
+    ),
+    (
+        "campanile_lease_renewals_failed_total",
+        "Leases a worker asked to renew that were already lost.",
+    ),
+    (
+        "campanile_throttled_requests_total",
+        "Requests refused by a quota (429).",
+    ),
+    (
+        "campanile_planner_shards_held",
+        "Planner shards held by this node.",
+    ),
+    (
+        "campanile_schedule_lag_seconds",
+        "visible_at - scheduled_for of planned occurrences.",
+    ),
+    (
+        "campanile_claim_lag_seconds",
+        "claimed_at - available_at of claimed occurrences.",
+    ),
+];
+
+fn register_metrics() {
+    for (name, help) in METRICS {
+        let name: &'static str = name;
+        if name.ends_with("_seconds") {
+            metrics::describe_histogram!(name, metrics::Unit::Seconds, *help);
+        } else if name.ends_with("_total") {
+            metrics::describe_counter!(name, *help);
+            metrics::counter!(name).absolute(0);
+        } else {
+            metrics::describe_gauge!(name, *help);
+            metrics::gauge!(name).set(0.0);
+        }
+    }
 }

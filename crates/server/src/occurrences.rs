@@ -441,6 +441,15 @@ fn ack_out(a: &Ack) -> AckOut {
 
 fn count_acks(acks: &[Ack], finishes: &[Finish]) {
     for (a, f) in acks.iter().zip(finishes) {
+        match a.state {
+            Some(campanile_core::OccurrenceState::RetryWait) => {
+                metrics::counter!("campanile_occurrences_retried_total").increment(1)
+            }
+            Some(campanile_core::OccurrenceState::Dead) => {
+                metrics::counter!("campanile_occurrences_dead_total").increment(1)
+            }
+            _ => {}
+        }
         match (&a.conflict, f) {
             (Some(_), _) => {
                 metrics::counter!("campanile_stale_completions_refused_total").increment(1)

@@ -24,6 +24,7 @@ pub(crate) fn parse_schedule_id(s: &str) -> Result<ScheduleId, ApiError> {
 }
 
 fn change_out(c: ScheduleChange, next: Vec<Timestamp>) -> ScheduleChangeOut {
+    metrics::counter!("campanile_occurrences_canceled_total").increment(c.canceled);
     ScheduleChangeOut {
         schedule: ScheduleOut::new(&c.schedule, next),
         canceled: c.canceled,

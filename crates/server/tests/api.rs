@@ -774,20 +774,30 @@ async fn health_readiness_metrics_and_openapi() {
     assert_eq!(s, StatusCode::OK);
     let (s, _) = app.call("GET", "/readyz", None, None).await;
     assert_eq!(s, StatusCode::OK);
-    app.call(
-        "POST",
-        "/v1/queues/q/claim",
-        Some(&app.a),
-        Some(json!({"worker_id": "w"})),
-    )
-    .await;
+    app.call("POST", "/v1/schedules", Some(&app.a), Some(due_now("q")))
+        .await;
+    app.plan().await;
+    let (_, c) = app
+        .call(
+            "POST",
+            "/v1/queues/q/claim",
+            Some(&app.a),
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(c["occurrences"].as_array().unwrap().len(), 1);
     let (s, m) = app.call("GET", "/metrics", None, None).await;
     assert_eq!(s, StatusCode::OK);
+    let text = m.as_str().unwrap();
+    // Every metric in the catalogue is on /metrics from the start (histograms once observed).
+    for (name, _) in campanile_server::METRICS {
+        if !name.ends_with("_seconds") {
+            assert!(text.contains(name), "{name} missing from /metrics");
+        }
+    }
     assert!(
-        m.as_str()
-            .unwrap()
-            .contains("campanile_occurrences_claimed_total"),
-        "{m}"
+        text.contains("campanile_claim_lag_seconds_bucket"),
+        "claim lag is a histogram with buckets: {text}"
     );
     let (s, doc) = app.call("GET", "/openapi.json", None, None).await;
     assert_eq!(s, StatusCode::OK);
