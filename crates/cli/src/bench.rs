@@ -3,6 +3,7 @@
 
 mod plan;
 mod store;
+mod throughput;
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -15,6 +16,8 @@ pub(crate) enum BenchCommand {
     Store(store::StoreArgs),
     /// Occurrences materialized per second, and a planning pass at N vs M stored schedules.
     Plan(plan::PlanArgs),
+    /// Claim + complete end to end through the HTTP API, at several batch sizes.
+    Throughput(throughput::ThroughputArgs),
 }
 
 /// The backend a benchmark runs on.
@@ -45,5 +48,6 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Plan(args) => plan::run(args),
+        BenchCommand::Throughput(args) => throughput::run(args),
     }
 }

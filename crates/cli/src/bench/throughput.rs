@@ -1,0 +1,222 @@
+//! `campanile bench throughput`: claim + complete end to end through the real HTTP API.
+//!
+//! The API runs in this process on a loopback port; `--workers` SDK clients claim batches and
+//! report them (one `complete` per occurrence at batch 1, one `POST /v1/completions` per batch
+//! otherwise) until the queue is empty.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use campanile_core::{Misfire, OccurrenceState, Overlap, ScheduleId};
+use campanile_sdk::Client;
+use campanile_server::{AppState, ServerConfig, issue_key, router};
+use campanile_store::*;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use super::{Backend, Common};
+use crate::{CliError, db};
+
+/// Arguments of `campanile bench throughput`.
+#[derive(Debug, Args)]
+pub(crate) struct ThroughputArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Occurrences per batch size.
+    #[arg(long, default_value_t = 20_000)]
+    occurrences: u32,
+    /// Batch sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
+    batch: Vec<u32>,
+    /// Concurrent HTTP workers.
+    #[arg(long, default_value_t = 8)]
+    workers: u32,
+}
+
+pub(crate) fn run(args: ThroughputArgs) -> Result<(), CliError> {
+    if args.occurrences == 0 || args.workers == 0 || args.batch.iter().any(|b| *b == 0 || *b > 1000)
+    {
+        return Err(CliError::usage(
+            "--occurrences and --workers must be positive; --batch values between 1 and 1000",
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(run_async(args))
+}
+
+async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
+    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+    let tmp = tempfile::tempdir()
+        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
+    let (database, schema) = match args.common.backend {
+        Backend::Sqlite => (tmp.path().join("bench.db").display().to_string(), None),
+        Backend::Postgres => {
+            let url = args.common.database.clone().ok_or_else(|| {
+                CliError::usage("--backend postgres needs --database postgres://…")
+            })?;
+            (
+                url,
+                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
+            )
+        }
+    };
+    let store = db::open(&database, schema.clone()).await?;
+    let cfg = ServerConfig::default();
+    let app = router(AppState::new(Arc::clone(&store), &cfg, None), &cfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("http://{addr}");
+
+    let mut results = Vec::new();
+    for (round, &batch) in args.batch.iter().enumerate() {
+        let tenant = store
+            .tenant_create(TenantCreate {
+                name: format!("bench-{round}"),
+                now: None,
+            })
+            .await
+            .map_err(err)?
+            .id;
+        let key = issue_key(store.as_ref(), Some(tenant), false)
+            .await
+            .map_err(err)?;
+        let sid = ScheduleId(uuid::Uuid::now_v7());
+        let t0 = Timestamp::now();
+        let spec = ScheduleSpec {
+            timing: Timing::At(t0),
+            queue: "bench".into(),
+            payload: Some("{\"n\":1}".into()),
+            priority: 0,
+            lease: SignedDuration::from_secs(60),
+            max_attempts: 3,
+            backoff_initial: SignedDuration::from_secs(1),
+            backoff_max: SignedDuration::from_secs(60),
+            misfire: Misfire::default(),
+            overlap: Overlap::Allow,
+            flex_window: SignedDuration::ZERO,
+        };
+        store
+            .schedule_create(ScheduleCreate {
+                tenant,
+                id: sid,
+                spec,
+                shard: 0,
+                next_run_at: None,
+                now: None,
+            })
+            .await
+            .map_err(err)?;
+        let n = i64::from(args.occurrences);
+        let items: Vec<NewOccurrence> = (0..n)
+            .map(|i| {
+                let at = t0
+                    .checked_sub(SignedDuration::from_millis(n - i))
+                    .unwrap_or(t0);
+                NewOccurrence {
+                    schedule_id: sid,
+                    version: 1,
+                    scheduled_for: at,
+                    available_at: at,
+                    queue: "bench".into(),
+                    priority: 0,
+                    max_attempts: 3,
+                    backoff_initial: SignedDuration::from_secs(1),
+                    backoff_max: SignedDuration::from_secs(60),
+                    state: OccurrenceState::Ready,
+                    overlap: Overlap::Allow,
+                }
+            })
+            .collect();
+        for chunk in items.chunks(50_000) {
+            store
+                .occurrence_insert_many(OccurrenceInsertMany {
+                    tenant,
+                    items: chunk.to_vec(),
+                    now: None,
+                })
+                .await
+                .map_err(err)?;
+        }
+        let bar = ProgressBar::new(u64::from(args.occurrences));
+        bar.set_style(
+            ProgressStyle::with_template("HTTP batch {msg:>5} [{bar:40}] {pos}/{len} {per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(batch.to_string());
+        let done = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..args.workers {
+            let client = Client::new(&url, &key).map_err(|e| CliError::runtime(e.to_string()))?;
+            let (done, bar) = (done.clone(), bar.clone());
+            tasks.push(tokio::spawn(async move {
+                let worker = format!("http-{w}");
+                loop {
+                    let claimed = client.claim("bench", &worker, batch, 60).await?;
+                    if claimed.is_empty() {
+                        return Ok::<(), campanile_sdk::SdkError>(());
+                    }
+                    let accepted = if batch == 1 {
+                        let c = &claimed[0];
+                        client.complete(c.id, &worker, c.epoch, json!(true)).await.map(|_| 1)?
+                    } else {
+                        let items = claimed.iter().map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true})).collect();
+                        client.completions(&worker, items).await?.iter().filter(|o| o.outcome == "accepted").count() as u64
+                    };
+                    done.fetch_add(accepted, Ordering::Relaxed);
+                    bar.inc(accepted);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await
+                .map_err(|e| CliError::runtime(format!("worker task failed: {e}")))?
+                .map_err(|e| CliError::runtime(format!("HTTP worker failed: {e}")))?;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let completed = done.load(Ordering::Relaxed);
+        if completed != u64::from(args.occurrences) {
+            return Err(CliError::runtime(format!(
+                "only {completed} of {} occurrences were completed",
+                args.occurrences
+            )));
+        }
+        results.push(json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs }));
+    }
+    server.abort();
+    if let Some(schema) = &schema {
+        db::drop_pg_schema(&database, schema).await?;
+    }
+    println!(
+        "campanile bench throughput — {:?} over HTTP, {} occurrences per batch size, {} workers",
+        args.common.backend, args.occurrences, args.workers
+    );
+    println!("{:>8}  {:>14}  {:>9}", "batch", "occurrences/s", "seconds");
+    for r in &results {
+        println!(
+            "{:>8}  {:>14.0}  {:>9.3}",
+            r["batch"],
+            r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
+            r["seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if args.common.json {
+        println!(
+            "{}",
+            json!({ "bench": "throughput", "backend": args.common.backend, "occurrences": args.occurrences, "workers": args.workers, "results": results })
+        );
+    }
+    Ok(())
+}
