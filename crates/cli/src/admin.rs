@@ -27,6 +27,12 @@ pub(crate) enum TenantCommand {
         /// Most occurrences RUNNING at once across the tenant's queues.
         #[arg(long)]
         max_running: Option<i64>,
+        /// Most fires per second summed over the tenant's active schedules.
+        #[arg(long)]
+        max_triggers_per_sec: Option<i64>,
+        /// Most late (catch-up) runs made available per second across its schedules.
+        #[arg(long)]
+        max_catchup_per_sec: Option<i64>,
         /// SQLite file path, or a postgres:// URL.
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
@@ -128,10 +134,17 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                 name,
                 max_active_schedules,
                 max_running,
+                max_triggers_per_sec,
+                max_catchup_per_sec,
                 database,
             } => {
-                if max_active_schedules.is_some_and(|m| m < 0) || max_running.is_some_and(|m| m < 0)
-                {
+                let quotas = [
+                    max_active_schedules,
+                    max_running,
+                    max_triggers_per_sec,
+                    max_catchup_per_sec,
+                ];
+                if quotas.iter().any(|q| q.is_some_and(|m| m < 0)) {
                     return Err(CliError::usage("quotas must not be negative"));
                 }
                 let store = db::open(&database, None).await?;
@@ -145,6 +158,8 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                         tenant: tenant.id,
                         max_active_schedules,
                         max_running,
+                        max_triggers_per_sec,
+                        max_catchup_per_sec,
                     })
                     .await
                     .map_err(store_err)?;

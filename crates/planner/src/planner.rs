@@ -128,6 +128,8 @@ impl Planner {
         let before = now.checked_add(self.cfg.horizon).unwrap_or(Timestamp::MAX);
         // Many schedules share a timing; parse each distinct one once per pass.
         let mut calendars: HashMap<Timing, Result<Calendar, String>> = HashMap::new();
+        // Per-tenant catch-up pacing across this pass: (runs per second, runs paced so far).
+        let mut catchup: HashMap<TenantId, (Option<i64>, i64)> = HashMap::new();
         for lease in leases {
             // Bounded: each round either advances schedules or stops.
             for _ in 0..10_000 {
@@ -146,10 +148,12 @@ impl Planner {
                 report.read += t_read.elapsed();
                 let full = due.len() as u32 == self.cfg.batch;
                 let t_decide = std::time::Instant::now();
-                let items = due
+                let mut items: Vec<PlanItem> = due
                     .iter()
                     .map(|d| self.item(d, now, &mut calendars))
                     .collect();
+                self.pace_catchup(&due, &mut items, now, &mut catchup)
+                    .await?;
                 report.decide += t_decide.elapsed();
                 let t_commit = std::time::Instant::now();
                 let committed = self
@@ -184,6 +188,50 @@ impl Planner {
             }
         }
         Ok(report)
+    }
+
+    /// Spaces the late runs of each tenant with a catch-up rate quota so that, across all its
+    /// schedules in this pass, at most that many become available per second.
+    async fn pace_catchup(
+        &self,
+        due: &[DueSchedule],
+        items: &mut [PlanItem],
+        now: Timestamp,
+        paced: &mut HashMap<TenantId, (Option<i64>, i64)>,
+    ) -> Result<(), PlannerError> {
+        for (d, item) in due.iter().zip(items.iter_mut()) {
+            let cutoff = now
+                .checked_sub(d.spec.misfire.max_lateness())
+                .unwrap_or(now);
+            let late: Vec<usize> = item
+                .occurrences
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| {
+                    o.state == campanile_core::OccurrenceState::Ready && o.scheduled_for < cutoff
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if late.is_empty() {
+                continue;
+            }
+            if let std::collections::hash_map::Entry::Vacant(slot) = paced.entry(d.tenant) {
+                let q = self.store.tenant_quota_get(d.tenant).await?;
+                slot.insert((q.max_catchup_per_sec.filter(|r| *r > 0), 0));
+            }
+            let Some((Some(rate), count)) = paced.get_mut(&d.tenant) else {
+                continue;
+            };
+            for i in late {
+                let slot = now
+                    .checked_add(SignedDuration::from_millis(*count * 1000 / *rate))
+                    .unwrap_or(now);
+                let o = &mut item.occurrences[i];
+                o.available_at = o.available_at.max(slot);
+                *count += 1;
+            }
+        }
+        Ok(())
     }
 
     fn item(

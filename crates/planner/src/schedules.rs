@@ -86,6 +86,20 @@ fn first_instant(
     ))
 }
 
+/// How many times a calendar fires in the hour from `now` (for the trigger-rate quota).
+pub fn fires_per_hour(cal: &Calendar, now: Timestamp) -> u32 {
+    let end = now
+        .checked_add(SignedDuration::from_hours(1))
+        .unwrap_or(Timestamp::MAX);
+    let from = now
+        .checked_sub(SignedDuration::from_nanos(1))
+        .unwrap_or(now);
+    cal.iter_after(from)
+        .take_while(|t| *t < end)
+        .take(10_000_000)
+        .count() as u32
+}
+
 /// The next `n` fire times after `after`.
 pub fn next_fires(cal: &Calendar, after: Timestamp, n: usize) -> Vec<Timestamp> {
     cal.iter_after(after).take(n).collect()
@@ -152,6 +166,7 @@ impl Schedules {
                 spec,
                 shard: shard_of(id, self.shards),
                 next_run_at: next,
+                fires_per_hour: fires_per_hour(&cal, now),
                 now: Some(now),
             })
             .await?;
@@ -208,6 +223,7 @@ impl Schedules {
                 expected_version,
                 spec,
                 next_run_at: next,
+                fires_per_hour: fires_per_hour(&cal, now),
                 now: Some(now),
             })
             .await?;

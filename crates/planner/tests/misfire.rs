@@ -192,3 +192,52 @@ async fn pause_then_resume_applies_the_misfire_policy(env: Env) {
     );
 }
 both!(pause_then_resume_applies_the_misfire_policy);
+
+/// A tenant's catch-up rate paces late runs across all its schedules.
+async fn tenant_catchup_rate_paces_late_runs(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "node-a");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    env.store
+        .tenant_quota_set(TenantQuota {
+            tenant: env.tenant,
+            max_catchup_per_sec: Some(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let m = Misfire::Catchup {
+        max_lateness: SignedDuration::from_secs(60),
+        max: 4,
+        interval: SignedDuration::ZERO,
+    };
+    for _ in 0..2 {
+        s.create(env.tenant, every_minute(m), Some(t0))
+            .await
+            .unwrap();
+    }
+    let back = plus(t0, 600);
+    p.tick(Some(back)).await.unwrap();
+    let all = env
+        .store
+        .occurrence_list(OccurrenceList {
+            tenant: env.tenant,
+            limit: 1000,
+            now: Some(back),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut late: Vec<i64> = all
+        .iter()
+        .filter(|o| o.state != OccurrenceState::Missed && o.scheduled_for < plus(back, -60))
+        .map(|o| o.available_at.as_millisecond() - back.as_millisecond())
+        .collect();
+    late.sort();
+    assert_eq!(
+        late,
+        vec![0, 500, 1000, 1500, 2000, 2500, 3000, 3500],
+        "8 late runs, 2 per second across both schedules"
+    );
+}
+both!(tenant_catchup_rate_paces_late_runs);

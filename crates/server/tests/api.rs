@@ -904,6 +904,7 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
             tenant: tb,
             max_active_schedules: Some(1),
             max_running: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1064,4 +1065,65 @@ async fn concurrent_first_requests_with_one_idempotency_key_create_one_schedule(
             "{v}"
         );
     }
+}
+
+#[tokio::test]
+async fn trigger_rate_quota_answers_429() {
+    let app = app().await;
+    let tenants = app.store.tenant_list().await.unwrap();
+    app.store
+        .tenant_quota_set(campanile_store::TenantQuota {
+            tenant: tenants[0].id,
+            max_triggers_per_sec: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Every second is 3600 fires an hour: exactly the quota. A second one would double it.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "q", "cron": "* * * * * *"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "q", "cron": "*/30 * * * * *"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        "{v}"
+    );
+    assert!(v["message"].as_str().unwrap().contains("per second"));
+    // Slowing the first one down makes room (an update replaces its own rate).
+    let id = {
+        let (_, l) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+        l["schedules"][0]["id"].as_str().unwrap().to_string()
+    };
+    let (s, v) = app
+        .call(
+            "PATCH",
+            &format!("/v1/schedules/{id}"),
+            Some(&app.a),
+            Some(json!({"version": 1, "queue": "q", "cron": "*/2 * * * * *"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, _) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "q", "cron": "*/30 * * * * *"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
 }

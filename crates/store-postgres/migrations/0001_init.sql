@@ -27,6 +27,7 @@ CREATE TABLE schedules (
     state        TEXT    NOT NULL,             -- ACTIVE | PAUSED | CANCELED
     shard        INTEGER NOT NULL,
     next_run_at  BIGINT,
+    fires_per_hour INTEGER NOT NULL DEFAULT 0,
     created_at   BIGINT  NOT NULL,
     updated_at   BIGINT  NOT NULL
 );

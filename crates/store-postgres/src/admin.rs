@@ -151,8 +151,8 @@ pub(crate) async fn idempotency_put(c: &Client, p: IdempotencyPut) -> R<bool> {
 pub(crate) async fn tenant_quota_set(c: &Client, p: TenantQuota) -> R<()> {
     let n = execute(
         c,
-        "UPDATE tenants SET max_active_schedules = $2, max_running = $3 WHERE id = $1",
-        &[&p.tenant.0, &p.max_active_schedules, &p.max_running],
+        "UPDATE tenants SET max_active_schedules = $2, max_running = $3, max_triggers_per_sec = $4, max_catchup_per_sec = $5 WHERE id = $1",
+        &[&p.tenant.0, &p.max_active_schedules, &p.max_running, &p.max_triggers_per_sec, &p.max_catchup_per_sec],
     )
     .await?;
     if n == 0 {
@@ -189,27 +189,33 @@ pub(crate) async fn queue_limit_set(
     .map(|_| ())
 }
 
-/// Refuses a new active schedule beyond the tenant's quota (under a per-tenant lock).
+/// Refuses a schedule change that would exceed the tenant's active-schedules or trigger-rate
+/// quota (under a per-tenant lock; `exclude`: the schedule being replaced).
 pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
     c: &C,
     tenant: TenantId,
     adding: i64,
+    fires_per_hour: i64,
+    exclude: Option<campanile_core::ScheduleId>,
 ) -> R<()> {
-    let limit: Option<i64> = query(
+    let rows = query(
         c,
-        "SELECT max_active_schedules FROM tenants WHERE id = $1",
+        "SELECT max_active_schedules, max_triggers_per_sec FROM tenants WHERE id = $1",
         &[&tenant.0],
     )
-    .await?
-    .first()
-    .and_then(|r| r.get(0));
-    if let Some(limit) = limit {
-        execute(
-            c,
-            "SELECT pg_advisory_xact_lock(hashtextextended('campanile/schedules/' || $1::text, 0))",
-            &[&tenant.0.to_string()],
-        )
-        .await?;
+    .await?;
+    let Some(r) = rows.first() else { return Ok(()) };
+    let (max_active, max_rate): (Option<i64>, Option<i64>) = (r.get(0), r.get(1));
+    if max_active.is_none() && max_rate.is_none() {
+        return Ok(());
+    }
+    execute(
+        c,
+        "SELECT pg_advisory_xact_lock(hashtextextended('campanile/schedules/' || $1::text, 0))",
+        &[&tenant.0.to_string()],
+    )
+    .await?;
+    if let Some(limit) = max_active.filter(|_| adding > 0) {
         let active: i64 = query(
             c,
             "SELECT count(*) FROM schedules WHERE tenant_id = $1 AND state = 'ACTIVE'",
@@ -224,7 +230,36 @@ pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
             )));
         }
     }
+    if let Some(rate) = max_rate {
+        let fires: i64 = query(
+            c,
+            "SELECT COALESCE(SUM(fires_per_hour), 0)::int8 FROM schedules WHERE tenant_id = $1 AND state = 'ACTIVE' AND ($2::uuid IS NULL OR id <> $2)",
+            &[&tenant.0, &exclude.map(|e| e.0)],
+        )
+        .await?
+        .first()
+        .map_or(0, |r| r.get(0));
+        if fires + fires_per_hour > rate * 3600 {
+            return Err(StoreError::QuotaExceeded(format!(
+                "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
+            )));
+        }
+    }
     Ok(())
+}
+
+pub(crate) async fn tenant_quota_get(c: &Client, tenant: TenantId) -> R<TenantQuota> {
+    let rows = query(c, "SELECT max_active_schedules, max_running, max_triggers_per_sec, max_catchup_per_sec FROM tenants WHERE id = $1", &[&tenant.0]).await?;
+    let r = rows
+        .first()
+        .ok_or_else(|| StoreError::NotFound(format!("tenant {}", tenant.0)))?;
+    Ok(TenantQuota {
+        tenant,
+        max_active_schedules: r.get(0),
+        max_running: r.get(1),
+        max_triggers_per_sec: r.get(2),
+        max_catchup_per_sec: r.get(3),
+    })
 }
 
 pub(crate) async fn idempotency_finish(

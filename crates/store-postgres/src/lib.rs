@@ -360,6 +360,10 @@ impl Store for PgStore {
         admin::idempotency_finish(&self.client().await?, tenant, key, answer).await
     }
 
+    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError> {
+        admin::tenant_quota_get(&self.client().await?, tenant).await
+    }
+
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
         admin::tenant_quota_set(&self.client().await?, p).await
     }

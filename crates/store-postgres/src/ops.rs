@@ -95,12 +95,12 @@ pub(crate) async fn tenant_create(c: &Client, p: TenantCreate) -> R<Tenant> {
 pub(crate) async fn schedule_create(c: &mut Client, p: ScheduleCreate) -> R<()> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
-    crate::admin::check_schedule_quota(&tx, p.tenant, 1).await?;
+    crate::admin::check_schedule_quota(&tx, p.tenant, 1, i64::from(p.fires_per_hour), None).await?;
     execute(
         &tx,
-        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
-         VALUES ($1, $2, 1, 'ACTIVE', $3, $4, $5, $5)",
-        &[&p.id.0, &p.tenant.0, &p.shard, &p.next_run_at.map(|t| t.as_millisecond()), &now],
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at, fires_per_hour)
+         VALUES ($1, $2, 1, 'ACTIVE', $3, $4, $5, $5, $6)",
+        &[&p.id.0, &p.tenant.0, &p.shard, &p.next_run_at.map(|t| t.as_millisecond()), &now, &i32_of(p.fires_per_hour)],
     )
     .await?;
     if let Some(next) = p.next_run_at {

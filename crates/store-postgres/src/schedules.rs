@@ -218,14 +218,25 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
     }
     let new = version + 1;
     version_insert(&tx, p.id, new, &p.spec, now).await?;
+    if state == ScheduleState::Active {
+        crate::admin::check_schedule_quota(
+            &tx,
+            p.tenant,
+            0,
+            i64::from(p.fires_per_hour),
+            Some(p.id),
+        )
+        .await?;
+    }
     execute(
         &tx,
-        "UPDATE schedules SET version = $2, next_run_at = $3, updated_at = $4 WHERE id = $1",
+        "UPDATE schedules SET version = $2, next_run_at = $3, updated_at = $4, fires_per_hour = $5 WHERE id = $1",
         &[
             &p.id.0,
             &i32_of(new),
             &p.next_run_at.map(|t| t.as_millisecond()),
             &now,
+            &i32_of(p.fires_per_hour),
         ],
     )
     .await?;

@@ -30,6 +30,7 @@ CREATE TABLE schedules (
     state        TEXT    NOT NULL,             -- ACTIVE | PAUSED | CANCELED
     shard        INTEGER NOT NULL,
     next_run_at  INTEGER,                      -- snapshot; see schedule_queue
+    fires_per_hour INTEGER NOT NULL DEFAULT 0, -- for the tenant's trigger-rate quota
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL
 ) WITHOUT ROWID;

@@ -176,9 +176,12 @@ pub(crate) fn idempotency_put(c: &Connection, p: &IdempotencyPut, now: i64) -> R
 pub(crate) fn tenant_quota_set(c: &Connection, p: &TenantQuota) -> R<()> {
     let n = c
         .prepare_cached(
-            "UPDATE tenants SET max_active_schedules = ?2, max_running = ?3 WHERE id = ?1",
+            "UPDATE tenants SET max_active_schedules = ?2, max_running = ?3, max_triggers_per_sec = ?4,
+                    max_catchup_per_sec = ?5 WHERE id = ?1",
         )
-        .and_then(|mut s| s.execute(params![p.tenant.0, p.max_active_schedules, p.max_running]))
+        .and_then(|mut s| {
+            s.execute(params![p.tenant.0, p.max_active_schedules, p.max_running, p.max_triggers_per_sec, p.max_catchup_per_sec])
+        })
         .map_err(db_err)?;
     if n == 0 {
         return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
@@ -242,14 +245,28 @@ pub(crate) fn claim_allowance(c: &Connection, tenant: TenantId, queue: &str, max
     Ok(allowed.max(0) as u32)
 }
 
-/// Refuses a new active schedule beyond the tenant's quota.
-pub(crate) fn check_schedule_quota(c: &Connection, tenant: TenantId, adding: i64) -> R<()> {
-    let limit: Option<i64> = c
-        .prepare_cached("SELECT max_active_schedules FROM tenants WHERE id = ?1")
-        .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)).optional())
-        .map_err(db_err)?
-        .flatten();
-    if let Some(limit) = limit {
+/// Refuses a schedule change that would exceed the tenant's active-schedules or trigger-rate
+/// quota (`exclude`: the schedule being replaced, whose current rate does not count).
+pub(crate) fn check_schedule_quota(
+    c: &Connection,
+    tenant: TenantId,
+    adding: i64,
+    fires_per_hour: i64,
+    exclude: Option<ScheduleId>,
+) -> R<()> {
+    let limits: Option<(Option<i64>, Option<i64>)> = c
+        .prepare_cached(
+            "SELECT max_active_schedules, max_triggers_per_sec FROM tenants WHERE id = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![tenant.0], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(db_err)?;
+    let Some((max_active, max_rate)) = limits else {
+        return Ok(());
+    };
+    if let Some(limit) = max_active.filter(|_| adding > 0) {
         let active: i64 = c
             .prepare_cached(
                 "SELECT COUNT(*) FROM schedules WHERE tenant_id = ?1 AND state = 'ACTIVE'",
@@ -262,7 +279,33 @@ pub(crate) fn check_schedule_quota(c: &Connection, tenant: TenantId, adding: i64
             )));
         }
     }
+    if let Some(rate) = max_rate {
+        let fires: i64 = c
+            .prepare_cached(
+                "SELECT COALESCE(SUM(fires_per_hour), 0) FROM schedules
+                  WHERE tenant_id = ?1 AND state = 'ACTIVE' AND (?2 IS NULL OR id <> ?2)",
+            )
+            .and_then(|mut s| s.query_row(params![tenant.0, exclude.map(|e| e.0)], |r| r.get(0)))
+            .map_err(db_err)?;
+        if fires + fires_per_hour > rate * 3600 {
+            return Err(StoreError::QuotaExceeded(format!(
+                "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
+            )));
+        }
+    }
     Ok(())
+}
+
+pub(crate) fn tenant_quota_get(c: &Connection, tenant: TenantId) -> R<TenantQuota> {
+    c.prepare_cached("SELECT max_active_schedules, max_running, max_triggers_per_sec, max_catchup_per_sec FROM tenants WHERE id = ?1")
+        .and_then(|mut s| {
+            s.query_row(params![tenant.0], |r| {
+                Ok(TenantQuota { tenant, max_active_schedules: r.get(0)?, max_running: r.get(1)?, max_triggers_per_sec: r.get(2)?, max_catchup_per_sec: r.get(3)? })
+            })
+            .optional()
+        })
+        .map_err(db_err)?
+        .ok_or_else(|| StoreError::NotFound(format!("tenant {}", tenant.0)))
 }
 
 pub(crate) fn idempotency_finish(

@@ -364,6 +364,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError> {
+        self.read(move |c| admin::tenant_quota_get(c, tenant)).await
+    }
+
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
         self.write(move |c| admin::tenant_quota_set(c, &p)).await
     }

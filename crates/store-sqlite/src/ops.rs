@@ -48,10 +48,10 @@ pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
 }
 
 pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R<()> {
-    crate::admin::check_schedule_quota(c, p.tenant, 1)?;
+    crate::admin::check_schedule_quota(c, p.tenant, 1, i64::from(p.fires_per_hour), None)?;
     c.prepare_cached(
-        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
-         VALUES (?1, ?2, 1, 'ACTIVE', ?3, ?4, ?5, ?5)",
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at, fires_per_hour)
+         VALUES (?1, ?2, 1, 'ACTIVE', ?3, ?4, ?5, ?5, ?6)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -59,7 +59,8 @@ pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R
             p.tenant.0,
             p.shard,
             p.next_run_at.map(|t| t.as_millisecond()),
-            now
+            now,
+            p.fires_per_hour
         ])
     })
     .map_err(db_err)?;

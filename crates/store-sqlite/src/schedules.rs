@@ -230,16 +230,26 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
         )));
     }
     let new = version + 1;
+    if state == ScheduleState::Active {
+        crate::admin::check_schedule_quota(
+            c,
+            p.tenant,
+            0,
+            i64::from(p.fires_per_hour),
+            Some(p.id),
+        )?;
+    }
     version_insert(c, p.id, new, &p.spec, now)?;
     c.prepare_cached(
-        "UPDATE schedules SET version = ?2, next_run_at = ?3, updated_at = ?4 WHERE id = ?1",
+        "UPDATE schedules SET version = ?2, next_run_at = ?3, updated_at = ?4, fires_per_hour = ?5 WHERE id = ?1",
     )
     .and_then(|mut s| {
         s.execute(params![
             p.id.0,
             new,
             p.next_run_at.map(|t| t.as_millisecond()),
-            now
+            now,
+            p.fires_per_hour
         ])
     })
     .map_err(db_err)?;

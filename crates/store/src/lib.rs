@@ -166,6 +166,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         answer: Option<(u16, String)>,
     ) -> Result<(), StoreError>;
 
+    /// A tenant's quotas.
+    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError>;
+
     /// Sets a tenant's quotas.
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
 

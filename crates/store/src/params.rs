@@ -27,6 +27,8 @@ pub struct ScheduleCreate {
     pub shard: i32,
     /// First instant to plan, if any.
     pub next_run_at: Option<Timestamp>,
+    /// How many times the definition fires in an hour (for the trigger-rate quota).
+    pub fires_per_hour: u32,
     /// Creation instant (`None`: the store's clock).
     pub now: Option<Timestamp>,
 }
@@ -249,6 +251,8 @@ pub struct ScheduleUpdate {
     pub spec: ScheduleSpec,
     /// The new version's first instant to plan.
     pub next_run_at: Option<Timestamp>,
+    /// How many times the new definition fires in an hour (for the trigger-rate quota).
+    pub fires_per_hour: u32,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
@@ -412,4 +416,9 @@ pub struct TenantQuota {
     pub max_active_schedules: Option<i64>,
     /// Most occurrences `RUNNING` at once across all its queues; claims are cut to fit.
     pub max_running: Option<i64>,
+    /// Most fires per second summed over its active schedules; a schedule that would exceed
+    /// it is refused.
+    pub max_triggers_per_sec: Option<i64>,
+    /// Most late (catch-up) runs made available per second, across its schedules.
+    pub max_catchup_per_sec: Option<i64>,
 }

@@ -139,6 +139,7 @@ async fn measure(
             },
             shard: 0,
             next_run_at: None,
+            fires_per_hour: 0,
             now: None,
         })
         .await

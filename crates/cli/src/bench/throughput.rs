@@ -113,6 +113,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
                 spec,
                 shard: 0,
                 next_run_at: None,
+                fires_per_hour: 0,
                 now: None,
             })
             .await

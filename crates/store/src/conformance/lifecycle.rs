@@ -522,6 +522,7 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
             tenant: f.tenant,
             max_active_schedules: Some(1),
             max_running: Some(5),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -546,6 +547,7 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
             tenant: f.tenant,
             max_active_schedules: Some(1),
             max_running: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -559,11 +561,43 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
                 spec: spec("q"),
                 shard: 0,
                 next_run_at: None,
+                fires_per_hour: 0,
                 now: Some(secs(3)),
             })
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::QuotaExceeded(_)), "{err}");
+        // The trigger-rate quota: fires per hour summed over active schedules.
+        let r = fixture(s, "rated", "q").await; // its fixture schedule fires 0 times an hour
+        s.tenant_quota_set(TenantQuota {
+            tenant: r.tenant,
+            max_triggers_per_sec: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let create = |fires: u32| ScheduleCreate {
+            tenant: r.tenant,
+            id: ScheduleId(Uuid::now_v7()),
+            spec: spec("q"),
+            shard: 0,
+            next_run_at: None,
+            fires_per_hour: fires,
+            now: Some(secs(3)),
+        };
+        s.schedule_create(create(3000)).await.unwrap();
+        assert!(matches!(
+            s.schedule_create(create(601)).await,
+            Err(StoreError::QuotaExceeded(_))
+        ));
+        s.schedule_create(create(600)).await.unwrap();
+        assert_eq!(
+            s.tenant_quota_get(r.tenant)
+                .await
+                .unwrap()
+                .max_triggers_per_sec,
+            Some(1)
+        );
         // Another tenant is not affected by any of it.
         let g = fixture(s, "other", "q").await;
         insert(s, &g, (0..10).map(|i| new_occ(&g, "q", at(i), 3)).collect()).await;

@@ -108,6 +108,7 @@ pub(crate) async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixtu
             spec: spec(queue),
             shard: 0,
             next_run_at: None,
+            fires_per_hour: 0,
             now: Some(at(0)),
         })
         .await
