@@ -51,8 +51,11 @@ impl Writer {
         self.tx
             .send(job)
             .map_err(|_| StoreError::Unavailable("the SQLite writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Unavailable("the SQLite writer has stopped".into()))?
+        rx.await.map_err(|_| {
+            StoreError::Database(
+                "the write was abandoned (the SQLite writer stopped or the job panicked)".into(),
+            )
+        })?
     }
 }
 
@@ -79,7 +82,16 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
                 delivers.push(job(None).1);
                 continue;
             }
-            let (ok, deliver) = job(Some(&conn));
+            // A panicking job must not take the writer (and every later write) down with it.
+            let (ok, deliver) =
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(&conn)))) {
+                    Ok(done) => done,
+                    Err(_) => {
+                        tracing::error!("a store job panicked; its savepoint is rolled back");
+                        let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+                        continue;
+                    }
+                };
             let end = if ok {
                 "RELEASE job"
             } else {
