@@ -1,6 +1,7 @@
 //! `campanile bench …`: benchmarks with a progress bar, a human summary, and with `--json`
 //! one JSON object of figures as the last line of stdout.
 
+mod peak;
 mod plan;
 mod store;
 mod throughput;
@@ -18,6 +19,8 @@ pub(crate) enum BenchCommand {
     Plan(plan::PlanArgs),
     /// Claim + complete end to end through the HTTP API, at several batch sizes.
     Throughput(throughput::ThroughputArgs),
+    /// The top of the minute: N schedules due at once, the real planner, HTTP workers.
+    Peak(peak::PeakArgs),
 }
 
 /// The backend a benchmark runs on.
@@ -49,5 +52,6 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Plan(args) => plan::run(args),
         BenchCommand::Throughput(args) => throughput::run(args),
+        BenchCommand::Peak(args) => peak::run(args),
     }
 }

@@ -1,0 +1,305 @@
+//! `campanile bench peak`: the top of the minute. N cron schedules all due at the same instant,
+//! the real planner running, and SDK-style workers claiming and completing over the real HTTP
+//! API. Reports schedule lag, claim lag (end to end: the instant a worker holds the occurrence,
+//! minus its planned instant), time to drain and occurrences per second.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use campanile_calendar::{DstFold, DstGap};
+use campanile_core::{Misfire, Overlap, ScheduleId};
+use campanile_planner::{Engine, PlannerConfig, SweepConfig, shard_of};
+use campanile_sdk::Client;
+use campanile_server::{AppState, ServerConfig, issue_key, router};
+use campanile_store::*;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use super::{Backend, Common};
+use crate::{CliError, db};
+
+/// Arguments of `campanile bench peak`.
+#[derive(Debug, Args)]
+pub(crate) struct PeakArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Schedules, all due at the same instant.
+    #[arg(long, default_value_t = 500_000)]
+    schedules: u32,
+    /// Concurrent HTTP workers.
+    #[arg(long, default_value_t = 8)]
+    workers: u32,
+    /// Occurrences per claim (and per batched completion).
+    #[arg(long, default_value_t = 1000)]
+    batch: u32,
+    /// Seconds from now to the due instant (default: the top of the next minute, at least 15 s
+    /// away). Short values suit smoke runs.
+    #[arg(long)]
+    due_in: Option<i64>,
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub(crate) fn run(args: PeakArgs) -> Result<(), CliError> {
+    if args.schedules == 0
+        || args.workers == 0
+        || !(1..=1000).contains(&args.batch)
+        || args.due_in.is_some_and(|d| d < 1)
+    {
+        return Err(CliError::usage(
+            "--schedules and --workers must be positive, --batch 1..=1000, --due-in at least 1",
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(run_async(args))
+}
+
+async fn run_async(args: PeakArgs) -> Result<(), CliError> {
+    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+    let tmp = tempfile::tempdir()
+        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
+    let (database, schema) = match args.common.backend {
+        Backend::Sqlite => (tmp.path().join("peak.db").display().to_string(), None),
+        Backend::Postgres => {
+            let url = args.common.database.clone().ok_or_else(|| {
+                CliError::usage("--backend postgres needs --database postgres://…")
+            })?;
+            (
+                url,
+                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
+            )
+        }
+    };
+    let store = db::open(&database, schema.clone()).await?;
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "peak".into(),
+            now: None,
+        })
+        .await
+        .map_err(err)?
+        .id;
+    let key = issue_key(store.as_ref(), Some(tenant), false)
+        .await
+        .map_err(err)?;
+
+    // The due instant: the top of the next minute (or --due-in seconds from now).
+    let now = Timestamp::now();
+    let due = match args.due_in {
+        Some(s) => Timestamp::from_second(now.as_second() + s)
+            .map_err(|e| CliError::runtime(e.to_string()))?,
+        None => {
+            let mut top = (now.as_second() / 60 + 1) * 60;
+            if top - now.as_second() < 15 {
+                top += 60;
+            }
+            Timestamp::from_second(top).map_err(|e| CliError::runtime(e.to_string()))?
+        }
+    };
+    let spec = ScheduleSpec {
+        timing: Timing::Cron {
+            expr: "0 * * * * *".into(),
+            timezone: "UTC".into(),
+            dst_gap: DstGap::Skip,
+            dst_fold: DstFold::Once,
+        },
+        queue: "peak".into(),
+        payload: Some("{\"n\":1}".into()),
+        priority: 0,
+        lease: SignedDuration::from_secs(60),
+        max_attempts: 3,
+        backoff_initial: SignedDuration::from_secs(1),
+        backoff_max: SignedDuration::from_secs(60),
+        misfire: Misfire::default(),
+        overlap: Overlap::Allow,
+        flex_window: SignedDuration::ZERO,
+    };
+    let shards = 16;
+    let bar = ProgressBar::new(u64::from(args.schedules));
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("seeding");
+    let mut made = 0u32;
+    while made < args.schedules {
+        let chunk = (args.schedules - made).min(50_000);
+        let items = (0..chunk)
+            .map(|_| {
+                let id = ScheduleId(uuid::Uuid::now_v7());
+                (id, shard_of(id, shards), Some(due))
+            })
+            .collect();
+        store
+            .schedule_create_many(ScheduleCreateMany {
+                tenant,
+                spec: spec.clone(),
+                items,
+                now: None,
+            })
+            .await
+            .map_err(err)?;
+        made += chunk;
+        bar.inc(u64::from(chunk));
+    }
+    bar.finish_and_clear();
+
+    // The real planner (and sweep), and the real API on a loopback port.
+    let mut pcfg = PlannerConfig::new("peak-node");
+    pcfg.shards = shards;
+    let engine = Engine::start(Arc::clone(&store), pcfg, SweepConfig::default());
+    let cfg = ServerConfig {
+        shards,
+        ..ServerConfig::default()
+    };
+    let app = router(
+        AppState::new(Arc::clone(&store), &cfg, Some(engine.planner().clone())),
+        &cfg,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("http://{addr}");
+
+    // When was everything planned? When the earliest queue position has moved past the due
+    // instant, every schedule's occurrence for it exists.
+    let planned_at: Arc<Mutex<Option<Timestamp>>> = Arc::default();
+    {
+        let (store, planned_at) = (Arc::clone(&store), planned_at.clone());
+        let all: Vec<i32> = (0..shards as i32).collect();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(next) = store.schedule_next_due(&all).await {
+                    if next.is_none_or(|n| n > due) {
+                        *planned_at.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(Timestamp::now());
+                        return;
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        });
+    }
+
+    let bar = ProgressBar::new(u64::from(args.schedules));
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("draining");
+    let lags: Arc<Mutex<Vec<f64>>> =
+        Arc::new(Mutex::new(Vec::with_capacity(args.schedules as usize)));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..args.workers {
+        let client = Client::new(&url, &key).map_err(|e| CliError::runtime(e.to_string()))?;
+        let (lags, bar, total, batch) = (
+            lags.clone(),
+            bar.clone(),
+            args.schedules as usize,
+            args.batch,
+        );
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("peak-{w}");
+            loop {
+                if lags.lock().unwrap_or_else(|e| e.into_inner()).len() >= total {
+                    return Ok::<(), campanile_sdk::SdkError>(());
+                }
+                let claimed = client.claim("peak", &worker, batch, 60).await?;
+                let got_at = Timestamp::now();
+                if claimed.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    continue;
+                }
+                let items = claimed
+                    .iter()
+                    .map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true}))
+                    .collect();
+                let outcomes = client.completions(&worker, items).await?;
+                let accepted = outcomes.iter().filter(|o| o.outcome == "accepted").count();
+                let mut l = lags.lock().unwrap_or_else(|e| e.into_inner());
+                for c in &claimed {
+                    l.push(
+                        (got_at.as_millisecond() - c.scheduled_for.as_millisecond()) as f64
+                            / 1000.0,
+                    );
+                }
+                bar.inc(accepted as u64);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| CliError::runtime(format!("worker task failed: {e}")))?
+            .map_err(|e| CliError::runtime(format!("HTTP worker failed: {e}")))?;
+    }
+    let drained_at = Timestamp::now();
+    bar.finish_and_clear();
+    let _ = started;
+    engine.shutdown().await;
+    server.abort();
+    if let Some(schema) = &schema {
+        db::drop_pg_schema(&database, schema).await?;
+    }
+
+    let mut lags = lags.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    lags.sort_by(f64::total_cmp);
+    let planned = *planned_at.lock().unwrap_or_else(|e| e.into_inner());
+    // Everything was visible to workers at max(planned, due): the schedule lag of the batch.
+    let schedule_lag =
+        planned.map(|p| ((p.as_millisecond() - due.as_millisecond()).max(0)) as f64 / 1000.0);
+    let drain = (drained_at.as_millisecond() - due.as_millisecond()) as f64 / 1000.0;
+    let out = json!({
+        "bench": "peak",
+        "backend": args.common.backend,
+        "schedules": args.schedules,
+        "workers": args.workers,
+        "batch": args.batch,
+        "schedule_lag_seconds_max": schedule_lag,
+        "claim_lag_seconds": { "p50": pct(&lags, 0.5), "p99": pct(&lags, 0.99), "max": lags.last().copied().unwrap_or(0.0) },
+        "drain_seconds": drain,
+        "occurrences_per_sec": lags.len() as f64 / drain.max(1e-9),
+        "claimed": lags.len(),
+    });
+    println!(
+        "campanile bench peak — {:?}, {} schedules due at {due}, {} workers, batch {}",
+        args.common.backend, args.schedules, args.workers, args.batch
+    );
+    println!(
+        "schedule lag (all planned by): {}",
+        schedule_lag.map_or("not measured".to_string(), |l| format!(
+            "{l:.3} s after the due instant"
+        ))
+    );
+    println!(
+        "claim lag (end to end): p50 {:.3} s, p99 {:.3} s, max {:.3} s",
+        pct(&lags, 0.5),
+        pct(&lags, 0.99),
+        lags.last().copied().unwrap_or(0.0)
+    );
+    println!(
+        "drained {} in {:.3} s after the due instant: {:.0} occurrences/s",
+        lags.len(),
+        drain,
+        lags.len() as f64 / drain.max(1e-9)
+    );
+    if args.common.json {
+        println!("{out}");
+    }
+    Ok(())
+}
