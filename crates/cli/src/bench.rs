@@ -55,3 +55,61 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Peak(args) => peak::run(args),
     }
 }
+
+/// A benchmark's database: a temporary SQLite file, or a temporary schema on the PostgreSQL
+/// server given by `--database`, dropped by [`BenchDb::finish`].
+pub(crate) struct BenchDb {
+    pub(crate) store: std::sync::Arc<dyn campanile_store::Store>,
+    database: String,
+    schema: Option<String>,
+    /// The SQLite file, for size measurements.
+    pub(crate) sqlite_path: Option<std::path::PathBuf>,
+    _tmp: tempfile::TempDir,
+}
+
+impl Common {
+    /// Opens a fresh database for one benchmark run.
+    pub(crate) async fn open(&self, file: &str) -> Result<BenchDb, CliError> {
+        let tmp = tempfile::tempdir()
+            .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
+        let (database, schema, sqlite_path) = match self.backend {
+            Backend::Sqlite => {
+                let path = tmp.path().join(file);
+                (path.display().to_string(), None, Some(path))
+            }
+            Backend::Postgres => {
+                let url = self.database.clone().ok_or_else(|| {
+                    CliError::usage("--backend postgres needs --database postgres://…")
+                })?;
+                if !crate::db::is_postgres(&url) {
+                    return Err(CliError::usage(
+                        "--database must be a postgres:// URL with --backend postgres",
+                    ));
+                }
+                (
+                    url,
+                    Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
+                    None,
+                )
+            }
+        };
+        let store = crate::db::open(&database, schema.clone()).await?;
+        Ok(BenchDb {
+            store,
+            database,
+            schema,
+            sqlite_path,
+            _tmp: tmp,
+        })
+    }
+}
+
+impl BenchDb {
+    /// Drops the temporary PostgreSQL schema (the SQLite file goes with its directory).
+    pub(crate) async fn finish(self) -> Result<(), CliError> {
+        if let Some(schema) = &self.schema {
+            crate::db::drop_pg_schema(&self.database, schema).await?;
+        }
+        Ok(())
+    }
+}

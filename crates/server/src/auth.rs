@@ -52,6 +52,28 @@ pub async fn issue_key(
     Ok(key)
 }
 
+/// The unrevoked key named by `Authorization: Bearer <key>`, or 401.
+async fn authenticate(
+    parts: &Parts,
+    state: &AppState,
+) -> Result<campanile_store::ApiKeyRecord, ApiError> {
+    let value = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(ApiError::unauthorized)?;
+    let key = value
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(ApiError::unauthorized)?;
+    state
+        .store
+        .api_key_find(&hash_key(key))
+        .await?
+        .ok_or_else(ApiError::unauthorized)
+}
+
 /// The authenticated caller: every handler that takes it is scoped to this tenant.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Caller {
@@ -63,21 +85,7 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(ApiError::unauthorized)?;
-        let key = value
-            .strip_prefix("Bearer ")
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(ApiError::unauthorized)?;
-        let record = state
-            .store
-            .api_key_find(&hash_key(key))
-            .await?
-            .ok_or_else(ApiError::unauthorized)?;
+        let record = authenticate(parts, state).await?;
         let tenant = record.tenant.ok_or_else(|| {
             ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
@@ -97,21 +105,7 @@ impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Admin, ApiError> {
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(ApiError::unauthorized)?;
-        let key = value
-            .strip_prefix("Bearer ")
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(ApiError::unauthorized)?;
-        let record = state
-            .store
-            .api_key_find(&hash_key(key))
-            .await?
-            .ok_or_else(ApiError::unauthorized)?;
+        let record = authenticate(parts, state).await?;
         if !record.is_admin {
             return Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,

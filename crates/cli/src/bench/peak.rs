@@ -17,8 +17,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use super::{Backend, Common};
-use crate::{CliError, db};
+use super::Common;
+use crate::CliError;
 
 /// Arguments of `campanile bench peak`.
 #[derive(Debug, Args)]
@@ -67,21 +67,8 @@ pub(crate) fn run(args: PeakArgs) -> Result<(), CliError> {
 
 async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
-    let tmp = tempfile::tempdir()
-        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
-    let (database, schema) = match args.common.backend {
-        Backend::Sqlite => (tmp.path().join("peak.db").display().to_string(), None),
-        Backend::Postgres => {
-            let url = args.common.database.clone().ok_or_else(|| {
-                CliError::usage("--backend postgres needs --database postgres://…")
-            })?;
-            (
-                url,
-                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
-            )
-        }
-    };
-    let store = db::open(&database, schema.clone()).await?;
+    let bench_db = args.common.open("peak.db").await?;
+    let store = bench_db.store.clone();
     let tenant = store
         .tenant_create(TenantCreate {
             name: "peak".into(),
@@ -253,9 +240,7 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     let _ = started;
     engine.shutdown().await;
     server.abort();
-    if let Some(schema) = &schema {
-        db::drop_pg_schema(&database, schema).await?;
-    }
+    bench_db.finish().await?;
 
     let mut lags = lags.lock().unwrap_or_else(|e| e.into_inner()).clone();
     lags.sort_by(f64::total_cmp);

@@ -88,22 +88,8 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
 
 async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
     let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
-    let tmp = tempfile::tempdir()
-        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
-    let sqlite_path = tmp.path().join("bench-plan.db");
-    let (database, schema) = match args.common.backend {
-        Backend::Sqlite => (sqlite_path.display().to_string(), None),
-        Backend::Postgres => {
-            let url = args.common.database.clone().ok_or_else(|| {
-                CliError::usage("--backend postgres needs --database postgres://…")
-            })?;
-            (
-                url,
-                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
-            )
-        }
-    };
-    let store = db::open(&database, schema.clone()).await?;
+    let bench_db = args.common.open("bench-plan.db").await?;
+    let store = bench_db.store.clone();
     let tenant = store
         .tenant_create(TenantCreate {
             name: "bench".into(),
@@ -177,7 +163,7 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
     bar.finish_and_clear();
     let seed_seconds = seed_start.elapsed().as_secs_f64();
     let bytes = match args.common.backend {
-        Backend::Sqlite => db::sqlite_size(&sqlite_path),
+        Backend::Sqlite => bench_db.sqlite_path.as_deref().and_then(db::sqlite_size),
         Backend::Postgres => None,
     };
 
@@ -197,9 +183,7 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
             report.inserted, args.due
         )));
     }
-    if let Some(schema) = schema {
-        db::drop_pg_schema(&database, &schema).await?;
-    }
+    bench_db.finish().await?;
     Ok(json!({
         "schedules": n,
         "due": args.due,

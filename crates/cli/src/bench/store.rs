@@ -15,8 +15,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use super::{Backend, Common};
-use crate::{CliError, db};
+use super::Common;
+use crate::CliError;
 
 /// Arguments of `campanile bench store`.
 #[derive(Debug, Args)]
@@ -48,34 +48,14 @@ pub(crate) fn run(args: StoreArgs) -> Result<(), CliError> {
 }
 
 async fn run_async(args: StoreArgs) -> Result<(), CliError> {
-    let tmp = tempfile::tempdir()
-        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
-    let (database, schema) = match args.common.backend {
-        Backend::Sqlite => (tmp.path().join("bench.db").display().to_string(), None),
-        Backend::Postgres => {
-            let url = args.common.database.clone().ok_or_else(|| {
-                CliError::usage("--backend postgres needs --database postgres://…")
-            })?;
-            if !db::is_postgres(&url) {
-                return Err(CliError::usage(
-                    "--database must be a postgres:// URL with --backend postgres",
-                ));
-            }
-            (
-                url,
-                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
-            )
-        }
-    };
-    let store = db::open(&database, schema.clone()).await?;
+    let bench_db = args.common.open("bench.db").await?;
+    let store = bench_db.store.clone();
     let mut results = Vec::new();
     for (i, &batch) in args.batch.iter().enumerate() {
         let rate = measure(&store, i, batch, &args).await?;
         results.push(rate);
     }
-    if let Some(schema) = &schema {
-        db::drop_pg_schema(&database, schema).await?;
-    }
+    bench_db.finish().await?;
 
     println!(
         "campanile bench store — {:?}, {} occurrences per batch size, {} workers",

@@ -17,8 +17,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use super::{Backend, Common};
-use crate::{CliError, db};
+use super::Common;
+use crate::CliError;
 
 /// Arguments of `campanile bench throughput`.
 #[derive(Debug, Args)]
@@ -52,21 +52,8 @@ pub(crate) fn run(args: ThroughputArgs) -> Result<(), CliError> {
 
 async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
     let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
-    let tmp = tempfile::tempdir()
-        .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
-    let (database, schema) = match args.common.backend {
-        Backend::Sqlite => (tmp.path().join("bench.db").display().to_string(), None),
-        Backend::Postgres => {
-            let url = args.common.database.clone().ok_or_else(|| {
-                CliError::usage("--backend postgres needs --database postgres://…")
-            })?;
-            (
-                url,
-                Some(format!("bench_{}", uuid::Uuid::now_v7().simple())),
-            )
-        }
-    };
-    let store = db::open(&database, schema.clone()).await?;
+    let bench_db = args.common.open("bench.db").await?;
+    let store = bench_db.store.clone();
     let cfg = ServerConfig::default();
     let app = router(AppState::new(Arc::clone(&store), &cfg, None), &cfg);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -197,9 +184,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         results.push(json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs }));
     }
     server.abort();
-    if let Some(schema) = &schema {
-        db::drop_pg_schema(&database, schema).await?;
-    }
+    bench_db.finish().await?;
     println!(
         "campanile bench throughput — {:?} over HTTP, {} occurrences per batch size, {} workers",
         args.common.backend, args.occurrences, args.workers
