@@ -113,3 +113,97 @@ impl BenchDb {
         Ok(())
     }
 }
+
+/// The definition every benchmark schedule uses: `timing` on `queue`, default policies.
+pub(crate) fn bench_spec(
+    timing: campanile_store::Timing,
+    queue: &str,
+) -> campanile_store::ScheduleSpec {
+    use jiff::SignedDuration;
+    campanile_store::ScheduleSpec {
+        timing,
+        queue: queue.into(),
+        payload: Some("{\"n\":1}".into()),
+        priority: 0,
+        lease: SignedDuration::from_secs(60),
+        max_attempts: 3,
+        backoff_initial: SignedDuration::from_secs(1),
+        backoff_max: SignedDuration::from_secs(60),
+        misfire: campanile_core::Misfire::default(),
+        overlap: campanile_core::Overlap::Allow,
+        flex_window: SignedDuration::ZERO,
+    }
+}
+
+/// Gives `tenant` `n` one-off occurrences on `queue`, all already due (one per millisecond
+/// before now, as a planner would have written them), under one new schedule.
+pub(crate) async fn seed_due(
+    store: &dyn campanile_store::Store,
+    tenant: campanile_store::TenantId,
+    queue: &str,
+    n: u32,
+) -> Result<(), CliError> {
+    use campanile_store::{NewOccurrence, OccurrenceInsertMany, ScheduleCreate, Timing};
+    use jiff::{SignedDuration, Timestamp};
+    let err = |e: campanile_store::StoreError| CliError::runtime(format!("store error: {e}"));
+    let t0 = Timestamp::now();
+    let schedule = campanile_core::ScheduleId(uuid::Uuid::now_v7());
+    let spec = bench_spec(Timing::At(t0), queue);
+    store
+        .schedule_create(ScheduleCreate {
+            tenant,
+            id: schedule,
+            spec: spec.clone(),
+            shard: 0,
+            next_run_at: None,
+            fires_per_hour: 0,
+            now: None,
+        })
+        .await
+        .map_err(err)?;
+    let n = i64::from(n);
+    for chunk_start in (0..n).step_by(50_000) {
+        let items = (chunk_start..(chunk_start + 50_000).min(n))
+            .map(|i| {
+                let at = t0
+                    .checked_sub(SignedDuration::from_millis(n - i))
+                    .unwrap_or(t0);
+                NewOccurrence {
+                    schedule_id: schedule,
+                    version: 1,
+                    scheduled_for: at,
+                    available_at: at,
+                    queue: queue.into(),
+                    priority: spec.priority,
+                    max_attempts: spec.max_attempts,
+                    backoff_initial: spec.backoff_initial,
+                    backoff_max: spec.backoff_max,
+                    state: campanile_core::OccurrenceState::Ready,
+                    overlap: spec.overlap,
+                }
+            })
+            .collect();
+        store
+            .occurrence_insert_many(OccurrenceInsertMany {
+                tenant,
+                items,
+                now: None,
+            })
+            .await
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Prints a `batch / occurrences/s / seconds` table of benchmark results.
+pub(crate) fn print_rates(results: &[serde_json::Value]) {
+    println!("{:>8}  {:>14}  {:>9}", "batch", "occurrences/s", "seconds");
+    for r in results {
+        println!(
+            "{:>8}  {:>14.0}  {:>9.3}",
+            r["batch"],
+            r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
+            r["seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
+}

@@ -100,6 +100,20 @@ pub fn fires_per_hour(cal: &Calendar, now: Timestamp) -> u32 {
         .count() as u32
 }
 
+/// The next `n` instants an active schedule fires at, from `now` (inclusive); none when paused
+/// or canceled.
+pub fn upcoming(record: &ScheduleRecord, now: Timestamp, n: usize) -> Vec<Timestamp> {
+    match (record.state, calendar_of(&record.spec)) {
+        (ScheduleState::Active, Ok(cal)) => next_fires(
+            &cal,
+            now.checked_sub(SignedDuration::from_nanos(1))
+                .unwrap_or(now),
+            n,
+        ),
+        _ => Vec::new(),
+    }
+}
+
 /// The next `n` fire times after `after`.
 pub fn next_fires(cal: &Calendar, after: Timestamp, n: usize) -> Vec<Timestamp> {
     cal.iter_after(after).take(n).collect()
@@ -129,18 +143,7 @@ impl Schedules {
     }
 
     fn view(record: ScheduleRecord, now: Timestamp) -> ScheduleView {
-        let next_fires = match (record.state, calendar_of(&record.spec)) {
-            (ScheduleState::Active, Ok(cal)) => {
-                let from = now
-                    .checked_sub(SignedDuration::from_nanos(1))
-                    .unwrap_or(now);
-                match record.spec.timing {
-                    Timing::At(at) if at >= now => vec![at],
-                    _ => next_fires(&cal, from, 5),
-                }
-            }
-            _ => Vec::new(),
-        };
+        let next_fires = upcoming(&record, now, 5);
         ScheduleView { record, next_fires }
     }
 

@@ -21,9 +21,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use campanile_planner::Planner;
-use campanile_planner::schedules::{Schedules, next_fires};
-use campanile_store::{ScheduleRecord, ScheduleState, Store};
-use jiff::Timestamp;
+use campanile_planner::schedules::Schedules;
+use campanile_store::Store;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use utoipa::OpenApi;
 
@@ -69,21 +68,6 @@ impl AppState {
             store,
             planner,
             metrics: metrics_handle(),
-        }
-    }
-
-    pub(crate) fn next_fires(&self, r: &ScheduleRecord, now: Timestamp) -> Vec<Timestamp> {
-        if r.state != ScheduleState::Active {
-            return Vec::new();
-        }
-        match campanile_planner::calendar_of(&r.spec) {
-            Ok(cal) => next_fires(
-                &cal,
-                now.checked_sub(jiff::SignedDuration::from_nanos(1))
-                    .unwrap_or(now),
-                5,
-            ),
-            Err(_) => Vec::new(),
         }
     }
 }

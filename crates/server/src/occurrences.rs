@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use campanile_core::{ErrorClass, OccurrenceId};
 use campanile_store::{
-    Ack, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel, OccurrenceClaim,
+    Ack, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel, OccurrenceClaim,
     OccurrenceFinishMany, OccurrenceGet, OccurrenceKey, OccurrenceRedrive, TenantId,
 };
 use jiff::{SignedDuration, Timestamp};
@@ -494,13 +494,25 @@ async fn finish_one(
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::bad_request("no outcome"))?;
+    ack_reply(&ack, id, ApiError::lease_conflict)
+}
+
+/// The HTTP answer to one fenced write: 200 with the outcome, 404 for an occurrence the tenant
+/// does not have, or the conflict `on_conflict` describes.
+fn ack_reply(
+    ack: &Ack,
+    id: &str,
+    on_conflict: impl FnOnce(&Conflict) -> ApiError,
+) -> Result<Json<AckOut>, ApiError> {
     match &ack.conflict {
-        None => Ok(Json(ack_out(&ack))),
-        Some(campanile_store::Conflict::NotFound) => {
-            Err(ApiError::not_found(format!("occurrence {id}")))
-        }
-        Some(c) => Err(ApiError::lease_conflict(c)),
+        None => Ok(Json(ack_out(ack))),
+        Some(Conflict::NotFound) => Err(ApiError::not_found(format!("occurrence {id}"))),
+        Some(c) => Err(on_conflict(c)),
     }
+}
+
+fn wrong_state(message: String) -> ApiError {
+    ApiError::new(axum::http::StatusCode::CONFLICT, "wrong_state", message)
 }
 
 fn failure(class: &str, message: Option<String>) -> Result<Finish, ApiError> {
@@ -659,17 +671,9 @@ pub(crate) async fn redrive(
             now: None,
         })
         .await?;
-    match &ack.conflict {
-        None => Ok(Json(ack_out(&ack))),
-        Some(campanile_store::Conflict::NotFound) => {
-            Err(ApiError::not_found(format!("occurrence {id}")))
-        }
-        Some(c) => Err(ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "wrong_state",
-            format!("only a DEAD occurrence can be redriven: {c}"),
-        )),
-    }
+    ack_reply(&ack, &id, |c| {
+        wrong_state(format!("only a DEAD occurrence can be redriven: {c}"))
+    })
 }
 
 /// Ask to cancel one occurrence: pending ones are canceled, running ones flagged.
@@ -689,15 +693,5 @@ pub(crate) async fn cancel(
             now: None,
         })
         .await?;
-    match &ack.conflict {
-        None => Ok(Json(ack_out(&ack))),
-        Some(campanile_store::Conflict::NotFound) => {
-            Err(ApiError::not_found(format!("occurrence {id}")))
-        }
-        Some(c) => Err(ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "wrong_state",
-            c.to_string(),
-        )),
-    }
+    ack_reply(&ack, &id, |c| wrong_state(c.to_string()))
 }

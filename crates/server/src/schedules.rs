@@ -209,7 +209,7 @@ pub(crate) async fn list(
         .flatten();
     let schedules = rows
         .iter()
-        .map(|r| ScheduleOut::new(r, state.next_fires(r, now)))
+        .map(|r| ScheduleOut::new(r, campanile_planner::schedules::upcoming(r, now, 5)))
         .collect();
     Ok(Json(ScheduleList {
         schedules,

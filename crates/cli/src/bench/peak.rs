@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use campanile_calendar::{DstFold, DstGap};
-use campanile_core::{Misfire, Overlap, ScheduleId};
+use campanile_core::ScheduleId;
 use campanile_planner::{Engine, PlannerConfig, SweepConfig, shard_of};
 use campanile_sdk::Client;
 use campanile_server::{AppState, ServerConfig, issue_key, router};
 use campanile_store::*;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use serde_json::json;
 
 use super::Common;
@@ -94,24 +94,15 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
             Timestamp::from_second(top).map_err(|e| CliError::runtime(e.to_string()))?
         }
     };
-    let spec = ScheduleSpec {
-        timing: Timing::Cron {
+    let spec = super::bench_spec(
+        Timing::Cron {
             expr: "0 * * * * *".into(),
             timezone: "UTC".into(),
             dst_gap: DstGap::Skip,
             dst_fold: DstFold::Once,
         },
-        queue: "peak".into(),
-        payload: Some("{\"n\":1}".into()),
-        priority: 0,
-        lease: SignedDuration::from_secs(60),
-        max_attempts: 3,
-        backoff_initial: SignedDuration::from_secs(1),
-        backoff_max: SignedDuration::from_secs(60),
-        misfire: Misfire::default(),
-        overlap: Overlap::Allow,
-        flex_window: SignedDuration::ZERO,
-    };
+        "peak",
+    );
     let shards = 16;
     let bar = ProgressBar::new(u64::from(args.schedules));
     bar.set_style(

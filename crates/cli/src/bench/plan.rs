@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use campanile_calendar::{DstFold, DstGap};
-use campanile_core::{Misfire, Overlap, ScheduleId};
+use campanile_core::ScheduleId;
 use campanile_planner::{Planner, PlannerConfig, shard_of};
 use campanile_store::*;
 use clap::Args;
@@ -108,24 +108,15 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
     let later = at
         .checked_add(SignedDuration::from_hours(24 * 365))
         .map_err(|e| CliError::runtime(e.to_string()))?;
-    let spec = ScheduleSpec {
-        timing: Timing::Cron {
+    let spec = super::bench_spec(
+        Timing::Cron {
             expr: "0 * * * *".into(),
             timezone: "UTC".into(),
             dst_gap: DstGap::Skip,
             dst_fold: DstFold::Once,
         },
-        queue: "bench".into(),
-        payload: Some("{\"report\":\"hourly\"}".into()),
-        priority: 0,
-        lease: SignedDuration::from_secs(60),
-        max_attempts: 3,
-        backoff_initial: SignedDuration::from_secs(1),
-        backoff_max: SignedDuration::from_secs(60),
-        misfire: Misfire::default(),
-        overlap: Overlap::Allow,
-        flex_window: SignedDuration::ZERO,
-    };
+        "bench",
+    );
     let bar = ProgressBar::new(u64::from(n));
     bar.set_style(
         ProgressStyle::with_template("seeding {pos}/{len} schedules [{bar:40}] {per_sec}")

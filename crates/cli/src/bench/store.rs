@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use campanile_core::{OccurrenceState, ScheduleId};
 use campanile_store::*;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use serde_json::json;
 
 use super::Common;
@@ -61,15 +60,7 @@ async fn run_async(args: StoreArgs) -> Result<(), CliError> {
         "campanile bench store — {:?}, {} occurrences per batch size, {} workers",
         args.common.backend, args.occurrences, args.workers
     );
-    println!("{:>8}  {:>14}  {:>9}", "batch", "occurrences/s", "seconds");
-    for r in &results {
-        println!(
-            "{:>8}  {:>14.0}  {:>9.3}",
-            r["batch"],
-            r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
-            r["seconds"].as_f64().unwrap_or(0.0)
-        );
-    }
+    super::print_rates(&results);
     if args.common.json {
         let out = json!({
             "bench": "store",
@@ -90,7 +81,6 @@ async fn measure(
     args: &StoreArgs,
 ) -> Result<serde_json::Value, CliError> {
     let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
-    let t0 = Timestamp::now();
     let tenant = store
         .tenant_create(TenantCreate {
             name: format!("bench-{round}-{}", uuid::Uuid::now_v7().simple()),
@@ -99,63 +89,7 @@ async fn measure(
         .await
         .map_err(err)?
         .id;
-    let schedule = ScheduleId(uuid::Uuid::now_v7());
-    store
-        .schedule_create(ScheduleCreate {
-            tenant,
-            id: schedule,
-            spec: ScheduleSpec {
-                timing: Timing::At(t0),
-                queue: "bench".into(),
-                payload: Some("{\"n\":1}".into()),
-                priority: 0,
-                lease: SignedDuration::from_secs(60),
-                max_attempts: 3,
-                backoff_initial: SignedDuration::from_secs(1),
-                backoff_max: SignedDuration::from_secs(60),
-                misfire: campanile_core::Misfire::default(),
-                overlap: campanile_core::Overlap::Allow,
-                flex_window: SignedDuration::ZERO,
-            },
-            shard: 0,
-            next_run_at: None,
-            fires_per_hour: 0,
-            now: None,
-        })
-        .await
-        .map_err(err)?;
-    // One-off occurrences, due now: one per millisecond before now, as a planner would write them.
-    let n = i64::from(args.occurrences);
-    for chunk_start in (0..n).step_by(50_000) {
-        let items = (chunk_start..(chunk_start + 50_000).min(n))
-            .map(|i| {
-                let at = t0
-                    .checked_sub(SignedDuration::from_millis(n - i))
-                    .unwrap_or(t0);
-                NewOccurrence {
-                    schedule_id: schedule,
-                    version: 1,
-                    scheduled_for: at,
-                    available_at: at,
-                    queue: "bench".into(),
-                    priority: 0,
-                    max_attempts: 3,
-                    backoff_initial: SignedDuration::from_secs(1),
-                    backoff_max: SignedDuration::from_secs(60),
-                    state: OccurrenceState::Ready,
-                    overlap: campanile_core::Overlap::Allow,
-                }
-            })
-            .collect();
-        store
-            .occurrence_insert_many(OccurrenceInsertMany {
-                tenant,
-                items,
-                now: None,
-            })
-            .await
-            .map_err(err)?;
-    }
+    super::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
 
     let bar = ProgressBar::new(u64::from(args.occurrences));
     bar.set_style(

@@ -8,13 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use campanile_core::{Misfire, OccurrenceState, Overlap, ScheduleId};
 use campanile_sdk::Client;
 use campanile_server::{AppState, ServerConfig, issue_key, router};
 use campanile_store::*;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
 use super::Common;
@@ -78,64 +76,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         let key = issue_key(store.as_ref(), Some(tenant), false)
             .await
             .map_err(err)?;
-        let sid = ScheduleId(uuid::Uuid::now_v7());
-        let t0 = Timestamp::now();
-        let spec = ScheduleSpec {
-            timing: Timing::At(t0),
-            queue: "bench".into(),
-            payload: Some("{\"n\":1}".into()),
-            priority: 0,
-            lease: SignedDuration::from_secs(60),
-            max_attempts: 3,
-            backoff_initial: SignedDuration::from_secs(1),
-            backoff_max: SignedDuration::from_secs(60),
-            misfire: Misfire::default(),
-            overlap: Overlap::Allow,
-            flex_window: SignedDuration::ZERO,
-        };
-        store
-            .schedule_create(ScheduleCreate {
-                tenant,
-                id: sid,
-                spec,
-                shard: 0,
-                next_run_at: None,
-                fires_per_hour: 0,
-                now: None,
-            })
-            .await
-            .map_err(err)?;
-        let n = i64::from(args.occurrences);
-        let items: Vec<NewOccurrence> = (0..n)
-            .map(|i| {
-                let at = t0
-                    .checked_sub(SignedDuration::from_millis(n - i))
-                    .unwrap_or(t0);
-                NewOccurrence {
-                    schedule_id: sid,
-                    version: 1,
-                    scheduled_for: at,
-                    available_at: at,
-                    queue: "bench".into(),
-                    priority: 0,
-                    max_attempts: 3,
-                    backoff_initial: SignedDuration::from_secs(1),
-                    backoff_max: SignedDuration::from_secs(60),
-                    state: OccurrenceState::Ready,
-                    overlap: Overlap::Allow,
-                }
-            })
-            .collect();
-        for chunk in items.chunks(50_000) {
-            store
-                .occurrence_insert_many(OccurrenceInsertMany {
-                    tenant,
-                    items: chunk.to_vec(),
-                    now: None,
-                })
-                .await
-                .map_err(err)?;
-        }
+        super::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
         let bar = ProgressBar::new(u64::from(args.occurrences));
         bar.set_style(
             ProgressStyle::with_template("HTTP batch {msg:>5} [{bar:40}] {pos}/{len} {per_sec}")
@@ -189,15 +130,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         "campanile bench throughput — {:?} over HTTP, {} occurrences per batch size, {} workers",
         args.common.backend, args.occurrences, args.workers
     );
-    println!("{:>8}  {:>14}  {:>9}", "batch", "occurrences/s", "seconds");
-    for r in &results {
-        println!(
-            "{:>8}  {:>14.0}  {:>9.3}",
-            r["batch"],
-            r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
-            r["seconds"].as_f64().unwrap_or(0.0)
-        );
-    }
+    super::print_rates(&results);
     if args.common.json {
         println!(
             "{}",
