@@ -6,8 +6,14 @@ use rusqlite::Connection;
 use crate::db_err;
 
 /// `(version, name, sql)` of every migration, in order.
-pub const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "claim_indexes",
+        include_str!("../migrations/0002_claim_indexes.sql"),
+    ),
+];
 
 /// Applies the migrations the database lacks; refuses a database newer than this binary.
 pub(crate) fn apply(conn: &mut Connection) -> Result<u32, StoreError> {

@@ -180,19 +180,6 @@ pub(crate) fn insert_occurrences(
 /// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts)`.
 type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32);
 
-fn claim_row(r: &Row<'_>) -> rusqlite::Result<ClaimRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
-}
-
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
     let allowed = crate::admin::claim_allowance(c, p.tenant, &p.queue, p.max)?;
     if allowed == 0 {
@@ -209,43 +196,165 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
         p
     };
     let lease_until = now.saturating_add(dur_ms(p.lease));
-    // Fast path, for schedules without an overlap policy: two index scans — due pending
-    // work, expired leases with attempts left — merged by priority and availability. The
-    // single writer makes the read-then-write atomic.
-    let mut rows: Vec<ClaimRow> = c
-        .prepare_cached(
-            "UPDATE occurrences
-                SET state = 'RUNNING', owner = ?3, epoch = epoch + 1, attempts = attempts + 1,
-                    lease_until = ?5, claimed_at = ?4, cancel_requested = 0
-              WHERE seq IN (
-                SELECT seq FROM (
-                    SELECT seq, priority, available_at FROM (
-                        SELECT seq, priority, available_at FROM occurrences
-                         WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
-                           AND available_at <= ?4 AND overlap = 0
-                         ORDER BY priority DESC, available_at LIMIT ?6)
-                    UNION ALL
-                    SELECT seq, priority, available_at FROM (
-                        SELECT seq, priority, available_at FROM occurrences
-                         WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING'
-                           AND lease_until <= ?4 AND attempts < max_attempts AND overlap = 0
-                         ORDER BY lease_until LIMIT ?6))
-                 ORDER BY priority DESC, available_at, seq LIMIT ?6)
-             RETURNING seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map(
-                params![p.tenant.0, p.queue, p.worker_id, now, lease_until, p.max],
-                claim_row,
-            )?
-            .collect()
-        })
-        .map_err(db_err)?;
-    let room = p.max as usize - rows.len().min(p.max as usize);
+    // Fast path, for schedules without an overlap policy: due pending work (one priority at a
+    // time) and expired leases with attempts left, merged by priority and availability, then
+    // claimed in one statement. The single writer makes the read-then-write atomic.
+    let max = p.max as usize;
+    let mut picked = pending_candidates(c, p, now, false, max)?;
+    picked.extend(expired_candidates(c, p, now, false, max)?);
+    best_first(&mut picked, max);
+    let mut rows = claim_rows(c, p, now, lease_until, picked)?;
+    let room = max - rows.len().min(max);
     if room > 0 {
         rows.extend(claim_constrained(c, p, now, lease_until, room)?);
     }
     finish_claim(c, &p.worker_id, rows, now, lease_until)
+}
+
+/// A claim candidate: its priority and its row as it is before the claim.
+type Candidate = (i64, ClaimRow);
+
+/// The columns of a candidate, after `priority`, in [`ClaimRow`] order.
+const CANDIDATE_COLUMNS: &str =
+    "priority, seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts";
+
+fn candidate(r: &Row<'_>) -> rusqlite::Result<Candidate> {
+    Ok((
+        r.get(0)?,
+        (
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+            r.get(7)?,
+            r.get(8)?,
+        ),
+    ))
+}
+
+/// Keeps the `max` best candidates: highest priority first, then earliest available.
+fn best_first(c: &mut Vec<Candidate>, max: usize) {
+    c.sort_unstable_by_key(|(priority, row)| (std::cmp::Reverse(*priority), row.5, row.0));
+    c.truncate(max);
+}
+
+/// Claims the picked candidates in one statement (the single writer makes the earlier read
+/// and this write atomic) and returns their rows as they are now. No `RETURNING`: in SQLite it
+/// costs more than the update itself, and the new epoch and attempt count are known.
+fn claim_rows(
+    c: &Connection,
+    p: &OccurrenceClaim,
+    now: i64,
+    lease_until: i64,
+    picked: Vec<Candidate>,
+) -> R<Vec<ClaimRow>> {
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seqs =
+        serde_json::Value::from(picked.iter().map(|(_, r)| r.0).collect::<Vec<_>>()).to_string();
+    let updated = c
+        .prepare_cached(
+            "UPDATE occurrences
+                SET state = 'RUNNING', owner = ?1, epoch = epoch + 1, attempts = attempts + 1,
+                    lease_until = ?3, claimed_at = ?2, cancel_requested = 0
+              WHERE seq IN (SELECT value FROM json_each(?4))",
+        )
+        .and_then(|mut stmt| stmt.execute(params![p.worker_id, now, lease_until, seqs]))
+        .map_err(db_err)?;
+    if updated != picked.len() {
+        return Err(StoreError::Database(format!(
+            "claim updated {updated} of {} picked occurrences",
+            picked.len()
+        )));
+    }
+    Ok(picked
+        .into_iter()
+        .map(|(_, (seq, id, sid, version, sf, av, epoch, attempts))| {
+            (seq, id, sid, version, sf, av, epoch + 1, attempts + 1)
+        })
+        .collect())
+}
+
+/// Up to `limit` due pending occurrences of the claim's queue, best first, from the
+/// unconstrained or the constrained pending index. A loose index scan: for each distinct
+/// pending priority (highest first, one seek each), the due range of that priority. A poll
+/// that finds nothing due costs a few seeks, however many future occurrences are waiting.
+fn pending_candidates(
+    c: &Connection,
+    p: &OccurrenceClaim,
+    now: i64,
+    constrained: bool,
+    limit: usize,
+) -> R<Vec<Candidate>> {
+    let overlap = if constrained {
+        "overlap <> 0"
+    } else {
+        "overlap = 0"
+    };
+    let probe = format!(
+        "SELECT priority FROM occurrences
+          WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
+            AND {overlap} AND priority < ?3
+          ORDER BY priority DESC LIMIT 1"
+    );
+    let range = format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM occurrences
+          WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
+            AND {overlap} AND priority = ?3 AND available_at <= ?4
+          ORDER BY available_at LIMIT ?5"
+    );
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut below = i64::MAX;
+    while out.len() < limit {
+        let priority: Option<i64> = c
+            .prepare_cached(&probe)
+            .and_then(|mut s| {
+                s.query_row(params![p.tenant.0, p.queue, below], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(db_err)?;
+        let Some(priority) = priority else { break };
+        let want = (limit - out.len()) as i64;
+        let rows = c
+            .prepare_cached(&range)
+            .and_then(|mut s| {
+                s.query_map(params![p.tenant.0, p.queue, priority, now, want], candidate)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(db_err)?;
+        out.extend(rows);
+        below = priority;
+    }
+    Ok(out)
+}
+
+/// Up to `limit` occurrences of the claim's queue whose lease expired with attempts left.
+fn expired_candidates(
+    c: &Connection,
+    p: &OccurrenceClaim,
+    now: i64,
+    constrained: bool,
+    limit: usize,
+) -> R<Vec<Candidate>> {
+    let overlap = if constrained {
+        "overlap <> 0"
+    } else {
+        "overlap = 0"
+    };
+    c.prepare_cached(&format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM occurrences
+          WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING' AND lease_until <= ?3
+            AND attempts < max_attempts AND {overlap}
+          ORDER BY lease_until LIMIT ?4"
+    ))
+    .and_then(|mut s| {
+        s.query_map(params![p.tenant.0, p.queue, now, limit as i64], candidate)?
+            .collect()
+    })
+    .map_err(db_err)
 }
 
 /// Claims of overlap-constrained occurrences, each decided with the state of its schedule's
@@ -257,27 +366,20 @@ fn claim_constrained(
     lease_until: i64,
     room: usize,
 ) -> R<Vec<ClaimRow>> {
-    let candidates: Vec<(i64, Uuid, i32, String)> = c
-        .prepare_cached(
-            "SELECT seq, schedule_id, overlap, state FROM occurrences
-              WHERE tenant_id = ?1 AND queue = ?2 AND overlap <> 0
-                AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= ?3)
-                     OR (state = 'RUNNING' AND lease_until <= ?3 AND attempts < max_attempts))
-              ORDER BY priority DESC, available_at, seq LIMIT ?4",
-        )
-        .and_then(|mut s| {
-            s.query_map(params![p.tenant.0, p.queue, now, (room + 64) as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?
-            .collect()
-        })
-        .map_err(db_err)?;
+    let mut picked = pending_candidates(c, p, now, true, room + 64)?;
+    picked.extend(expired_candidates(c, p, now, true, room + 64)?);
+    best_first(&mut picked, room + 64);
     let mut out = Vec::new();
     let mut waiting: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
-    for (seq, schedule, overlap, state) in candidates {
+    for cand in picked {
         if out.len() >= room {
             break;
         }
+        let (seq, schedule) = (cand.1.0, cand.1.2);
+        let (overlap, state): (i32, String) = c
+            .prepare_cached("SELECT overlap, state FROM occurrences WHERE seq = ?1")
+            .and_then(|mut s| s.query_row(params![seq], |r| Ok((r.get(0)?, r.get(1)?))))
+            .map_err(db_err)?;
         let decision = if state == "RUNNING" {
             // The run itself is being retried after its lease expired.
             fence::OverlapDecision::Claim
@@ -297,17 +399,7 @@ fn claim_constrained(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                let row = c
-                    .prepare_cached(
-                        "UPDATE occurrences
-                            SET state = 'RUNNING', owner = ?2, epoch = epoch + 1, attempts = attempts + 1,
-                                lease_until = ?4, claimed_at = ?3, cancel_requested = 0
-                          WHERE seq = ?1
-                         RETURNING seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts",
-                    )
-                    .and_then(|mut s| s.query_row(params![seq, p.worker_id, now, lease_until], claim_row))
-                    .map_err(db_err)?;
-                out.push(row);
+                out.extend(claim_rows(c, p, now, lease_until, vec![cand])?);
             }
             fence::OverlapDecision::Wait => {
                 waiting.insert(schedule);
@@ -510,6 +602,45 @@ fn finish_one(
     now: i64,
 ) -> R<Ack> {
     let id = item.lease.occurrence_id;
+    // A success needs nothing from the row but the fence itself: write first, conditionally,
+    // and read the row only to explain a refusal (the slow path below).
+    if let Finish::Succeeded { result } = &item.finish {
+        let seq: Option<i64> = c
+            .prepare_cached("SELECT seq FROM occurrences WHERE id = ?1 AND tenant_id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![id.0, tenant.0], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(db_err)?;
+        let Some(seq) = seq else {
+            return Ok(refused(id, Conflict::NotFound));
+        };
+        let rows = c
+            .prepare_cached(
+                "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2
+                  WHERE seq = ?3 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5 AND lease_until > ?2",
+            )
+            .and_then(|mut s| s.execute(params![result, now, seq, worker, item.lease.epoch]))
+            .map_err(db_err)?;
+        if rows == 1 {
+            close_attempt(
+                c,
+                seq,
+                item.lease.epoch,
+                AttemptOutcome::Succeeded,
+                now,
+                None,
+                None,
+            )?;
+            return Ok(Ack {
+                occurrence_id: id,
+                rows: 1,
+                conflict: None,
+                state: Some(OccurrenceState::Succeeded),
+                retry_at: None,
+            });
+        }
+    }
     let Some((seq, view)) = fence_row(c, tenant, id)? else {
         return Ok(refused(id, Conflict::NotFound));
     };
@@ -544,21 +675,15 @@ fn finish_one(
         // Cannot happen under the single writer; answer honestly if it ever does.
         return Ok(refused(id, Conflict::WrongState { state: view.state }));
     }
-    c.prepare_cached(
-        "UPDATE attempts SET outcome = ?1, finished_at = ?2, error_class = ?3, error_message = ?4
-          WHERE occurrence_seq = ?5 AND epoch = ?6",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            plan.outcome.as_str(),
-            now,
-            plan.error_class,
-            plan.error_message,
-            seq,
-            item.lease.epoch
-        ])
-    })
-    .map_err(db_err)?;
+    close_attempt(
+        c,
+        seq,
+        item.lease.epoch,
+        plan.outcome,
+        now,
+        plan.error_class,
+        plan.error_message.as_deref(),
+    )?;
     Ok(Ack {
         occurrence_id: id,
         rows,
@@ -568,6 +693,34 @@ fn finish_one(
             .then(|| ts(plan.available_at))
             .transpose()?,
     })
+}
+
+/// Records how the attempt `(seq, epoch)` ended.
+fn close_attempt(
+    c: &Connection,
+    seq: i64,
+    epoch: i64,
+    outcome: AttemptOutcome,
+    now: i64,
+    error_class: Option<&str>,
+    error_message: Option<&str>,
+) -> R<()> {
+    c.prepare_cached(
+        "UPDATE attempts SET outcome = ?1, finished_at = ?2, error_class = ?3, error_message = ?4
+          WHERE occurrence_seq = ?5 AND epoch = ?6",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            outcome.as_str(),
+            now,
+            error_class,
+            error_message,
+            seq,
+            epoch
+        ])
+    })
+    .map_err(db_err)?;
+    Ok(())
 }
 
 pub(crate) fn occurrence_cancel(c: &Connection, p: &OccurrenceCancel, now: i64) -> R<Ack> {

@@ -25,28 +25,51 @@ fn hot_statements_use_their_indexes() {
     let path = dir.path().join("plans.db");
     drop(campanile_store_sqlite::SqliteStore::open(&path).expect("open"));
     let c = Connection::open(&path).expect("open");
-    let finish = plan(
-        &c,
-        "UPDATE occurrences SET state = 'SUCCEEDED', result = ?, finished_at = ?
-          WHERE id = ? AND tenant_id = ? AND state = 'RUNNING' AND owner = ? AND epoch = ? AND lease_until > ?
-         RETURNING seq",
-    );
-    eprintln!("finish: {finish}");
     let lookup = plan(
         &c,
         "SELECT seq FROM occurrences WHERE id = ? AND tenant_id = ?",
     );
     eprintln!("lookup: {lookup}");
-    let pending = plan(
-        &c,
-        "SELECT seq FROM occurrences WHERE tenant_id = ? AND queue = ? AND state IN ('READY', 'RETRY_WAIT')
-           AND available_at <= ? ORDER BY priority DESC, available_at LIMIT ?",
-    );
-    eprintln!("pending: {pending}");
     assert!(
         lookup.contains("sqlite_autoindex_occurrences_1 (id=?)"),
         "{lookup}"
     );
-    assert!(finish.contains("(id=?)"), "{finish}");
-    assert!(pending.contains("occurrences_pending"), "{pending}");
+    // The claim's loose index scan: one seek for the next pending priority, then the due range
+    // of that priority, for unconstrained and for overlap-constrained occurrences.
+    for (overlap, index) in [
+        ("overlap = 0", "occurrences_pending "),
+        ("overlap <> 0", "occurrences_pending_constrained "),
+    ] {
+        let probe = plan(
+            &c,
+            &format!(
+                "SELECT priority FROM occurrences
+                  WHERE tenant_id = ? AND queue = ? AND state IN ('READY', 'RETRY_WAIT')
+                    AND {overlap} AND priority < ? ORDER BY priority DESC LIMIT 1"
+            ),
+        );
+        eprintln!("probe ({overlap}): {probe}");
+        assert!(
+            probe.contains(&format!("{index}(tenant_id=? AND queue=? AND priority<?)")),
+            "{probe}"
+        );
+        assert!(!probe.contains("TEMP B-TREE"), "{probe}");
+        let range = plan(
+            &c,
+            &format!(
+                "SELECT seq FROM occurrences
+                  WHERE tenant_id = ? AND queue = ? AND state IN ('READY', 'RETRY_WAIT')
+                    AND {overlap} AND priority = ? AND available_at <= ?
+                  ORDER BY available_at LIMIT ?"
+            ),
+        );
+        eprintln!("range ({overlap}): {range}");
+        assert!(
+            range.contains(&format!(
+                "{index}(tenant_id=? AND queue=? AND priority=? AND available_at<?)"
+            )),
+            "{range}"
+        );
+        assert!(!range.contains("TEMP B-TREE"), "{range}");
+    }
 }

@@ -96,7 +96,12 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     };
     let spec = super::bench_spec(
         Timing::Cron {
-            expr: "0 * * * * *".into(),
+            // Daily at the due instant, as top-of-the-hour jobs are: the peak is that one
+            // instant, and the next fire is far outside the planning horizon.
+            expr: {
+                let t = due.as_second().rem_euclid(86_400);
+                format!("{} {} {} * * *", t % 60, t / 60 % 60, t / 3600)
+            },
             timezone: "UTC".into(),
             dst_gap: DstGap::Skip,
             dst_fold: DstFold::Once,
@@ -132,6 +137,12 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
         bar.inc(u64::from(chunk));
     }
     bar.finish_and_clear();
+    let seeded_at = Timestamp::now();
+    eprintln!(
+        "seeded in {:.3} s; {:.3} s before the due instant",
+        (seeded_at.as_millisecond() - now.as_millisecond()) as f64 / 1000.0,
+        (due.as_millisecond() - seeded_at.as_millisecond()) as f64 / 1000.0
+    );
 
     // The real planner (and sweep), and the real API on a loopback port.
     let mut pcfg = PlannerConfig::new("peak-node");

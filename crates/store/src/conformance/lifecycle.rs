@@ -483,7 +483,9 @@ pub fn claim_orders_by_priority_then_availability(rt: &Runtime, h: Harness) {
         let s = h.store.as_ref();
         let f = fixture(s, "acme", "q").await;
         let mut items = Vec::new();
-        for (i, prio) in [(0, 0), (1, 5), (2, 0), (3, 5), (4, 9)] {
+        // A higher priority that is not due yet must not hide the due work of lower ones,
+        // and negative priorities come last.
+        for (i, prio) in [(0, 0), (1, 5), (2, 0), (3, 5), (4, 9), (5, -3), (100, 20)] {
             let mut o = new_occ(&f, "q", secs(i), 3);
             o.priority = prio;
             items.push(o);
@@ -491,9 +493,9 @@ pub fn claim_orders_by_priority_then_availability(rt: &Runtime, h: Harness) {
         let ids = insert(s, &f, items).await;
         let order: Vec<OccurrenceId> = {
             let mut v = Vec::new();
-            for _ in 0..5 {
+            for _ in 0..6 {
                 v.extend(
-                    claim(s, &f, "q", "A", 1, 60, secs(10))
+                    claim(s, &f, "q", "A", 1, 600, secs(10))
                         .await
                         .into_iter()
                         .map(|c| c.id),
@@ -501,7 +503,28 @@ pub fn claim_orders_by_priority_then_availability(rt: &Runtime, h: Harness) {
             }
             v
         };
-        assert_eq!(order, vec![ids[4], ids[1], ids[3], ids[0], ids[2]]);
+        assert_eq!(order, vec![ids[4], ids[1], ids[3], ids[0], ids[2], ids[5]]);
+        assert!(claim(s, &f, "q", "A", 10, 600, secs(10)).await.is_empty());
+        let late = claim(s, &f, "q", "A", 10, 60, secs(100)).await;
+        assert_eq!(late.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[6]]);
+        // One batch claim takes the best across priorities.
+        let f2 = fixture(s, "acme2", "b").await;
+        let mut items = Vec::new();
+        for (i, prio) in [(0, 0), (1, 5), (2, 0), (3, 5), (4, 9), (5, -3), (100, 20)] {
+            let mut o = new_occ(&f2, "b", secs(i), 3);
+            o.priority = prio;
+            items.push(o);
+        }
+        let ids = insert(s, &f2, items).await;
+        let mut got: Vec<OccurrenceId> = claim(s, &f2, "b", "A", 4, 60, secs(10))
+            .await
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        got.sort();
+        let mut want = vec![ids[4], ids[1], ids[3], ids[0]];
+        want.sort();
+        assert_eq!(got, want);
     });
 }
 
