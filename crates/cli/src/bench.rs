@@ -3,6 +3,7 @@
 
 mod peak;
 mod plan;
+mod scale;
 mod store;
 mod throughput;
 
@@ -21,6 +22,8 @@ pub(crate) enum BenchCommand {
     Throughput(throughput::ThroughputArgs),
     /// The top of the minute: N schedules due at once, the real planner, HTTP workers.
     Peak(peak::PeakArgs),
+    /// Database bytes per stored schedule, a planner pass and `serve`'s memory at N schedules.
+    Scale(scale::ScaleArgs),
 }
 
 /// The backend a benchmark runs on.
@@ -53,6 +56,7 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Plan(args) => plan::run(args),
         BenchCommand::Throughput(args) => throughput::run(args),
         BenchCommand::Peak(args) => peak::run(args),
+        BenchCommand::Scale(args) => scale::run(args),
     }
 }
 
@@ -60,8 +64,8 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
 /// server given by `--database`, dropped by [`BenchDb::finish`].
 pub(crate) struct BenchDb {
     pub(crate) store: std::sync::Arc<dyn campanile_store::Store>,
-    database: String,
-    schema: Option<String>,
+    pub(crate) database: String,
+    pub(crate) schema: Option<String>,
     /// The SQLite file, for size measurements.
     pub(crate) sqlite_path: Option<std::path::PathBuf>,
     _tmp: tempfile::TempDir,

@@ -57,7 +57,10 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
     rt.block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
-            runs.push(one(&args, n).await?);
+            let (bench_db, run) =
+                seed_and_pass(&args.common, n, args.due, args.shards, args.batch).await?;
+            bench_db.finish().await?;
+            runs.push(run);
         }
         println!("campanile bench plan — {:?}, {} due per pass, {} shards", args.common.backend, args.due, args.shards);
         println!("{:>10}  {:>10}  {:>12}  {:>16}  {:>10}", "schedules", "seed s", "pass s", "occurrences/s", "B/sched");
@@ -86,9 +89,17 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
     })
 }
 
-async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
+/// A fresh database with `n` stored schedules of which `due` are due at the next pass, and
+/// one timed planner pass over it; the database is left open for the caller to measure more.
+pub(crate) async fn seed_and_pass(
+    common: &Common,
+    n: u32,
+    due: u32,
+    shards: u32,
+    batch: u32,
+) -> Result<(super::BenchDb, serde_json::Value), CliError> {
     let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
-    let bench_db = args.common.open("bench-plan.db").await?;
+    let bench_db = common.open("bench-plan.db").await?;
     let store = bench_db.store.clone();
     let tenant = store
         .tenant_create(TenantCreate {
@@ -130,12 +141,12 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
             .map(|i| {
                 let id = ScheduleId(uuid::Uuid::now_v7());
                 // Spread the due ones evenly through the table, not at its end.
-                let due = u64::from(i) * u64::from(args.due) / u64::from(n)
-                    != (u64::from(i) + 1) * u64::from(args.due) / u64::from(n);
+                let is_due = u64::from(i) * u64::from(due) / u64::from(n)
+                    != (u64::from(i) + 1) * u64::from(due) / u64::from(n);
                 (
                     id,
-                    shard_of(id, args.shards),
-                    Some(if due { at } else { later }),
+                    shard_of(id, shards),
+                    Some(if is_due { at } else { later }),
                 )
             })
             .collect();
@@ -153,14 +164,14 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
     }
     bar.finish_and_clear();
     let seed_seconds = seed_start.elapsed().as_secs_f64();
-    let bytes = match args.common.backend {
+    let bytes = match common.backend {
         Backend::Sqlite => bench_db.sqlite_path.as_deref().and_then(db::sqlite_size),
         Backend::Postgres => None,
     };
 
     let mut cfg = PlannerConfig::new("bench");
-    cfg.shards = args.shards;
-    cfg.batch = args.batch;
+    cfg.shards = shards;
+    cfg.batch = batch;
     let planner = Planner::new(Arc::clone(&store), cfg);
     let started = Instant::now();
     let report = planner
@@ -168,16 +179,15 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
         .await
         .map_err(|e| CliError::runtime(e.to_string()))?;
     let pass = started.elapsed().as_secs_f64();
-    if report.inserted != u64::from(args.due) {
+    if report.inserted != u64::from(due) {
         return Err(CliError::runtime(format!(
-            "the pass materialized {} occurrences, expected {}",
-            report.inserted, args.due
+            "the pass materialized {} occurrences, expected {due}",
+            report.inserted
         )));
     }
-    bench_db.finish().await?;
-    Ok(json!({
+    let run = json!({
         "schedules": n,
-        "due": args.due,
+        "due": due,
         "seed_seconds": seed_seconds,
         "pass_seconds": pass,
         "occurrences": report.inserted,
@@ -186,5 +196,6 @@ async fn one(args: &PlanArgs, n: u32) -> Result<serde_json::Value, CliError> {
         "decide_seconds": report.decide.as_secs_f64(),
         "commit_seconds": report.commit.as_secs_f64(),
         "db_bytes_per_schedule": bytes.map(|b| b as f64 / f64::from(n)),
-    }))
+    });
+    Ok((bench_db, run))
 }
