@@ -3,6 +3,7 @@
 
 mod peak;
 mod plan;
+mod plot;
 mod scale;
 mod store;
 mod throughput;

@@ -42,7 +42,8 @@ impl Engine {
         let planner = Arc::new(Planner::new(store.clone(), planner));
         let tasks = vec![
             tokio::spawn(planner.clone().run(rx.clone())),
-            tokio::spawn(sweeper(store, sweep, rx)),
+            tokio::spawn(sweeper(store.clone(), sweep, rx.clone())),
+            tokio::spawn(backlog_gauges(store, rx)),
         ];
         Engine {
             planner,
@@ -101,6 +102,35 @@ async fn sweeper(store: Arc<dyn Store>, cfg: SweepConfig, mut stop: watch::Recei
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// How often the backlog gauges are refreshed.
+const BACKLOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Samples the due backlog, its oldest age and the outbox backlog into gauges.
+async fn backlog_gauges(store: Arc<dyn Store>, mut stop: watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match (store.backlog(None).await, store.store_now().await) {
+            (Ok(b), Ok(now)) => {
+                metrics::gauge!("campanile_due_backlog").set(b.due as f64);
+                let age = b.oldest_due_at.map_or(0.0, |t| {
+                    (now.as_millisecond() - t.as_millisecond()).max(0) as f64 / 1000.0
+                });
+                metrics::gauge!("campanile_due_backlog_oldest_age_seconds").set(age);
+                metrics::gauge!("campanile_outbox_backlog").set(b.outbox_pending as f64);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "sampling the backlog failed; retrying");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(BACKLOG_EVERY) => {}
             _ = stop.changed() => {}
         }
     }

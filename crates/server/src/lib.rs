@@ -82,7 +82,7 @@ fn metrics_handle() -> PrometheusHandle {
             ];
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(
-                    metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                    metrics_exporter_prometheus::Matcher::Suffix("_lag_seconds".into()),
                     &lag_buckets,
                 )
                 .map(|b| b.build_recorder())
@@ -261,8 +261,24 @@ pub const METRICS: &[(&str, &str)] = &[
         "Requests refused by a quota (429).",
     ),
     (
+        "campanile_occurrences_skipped_overlap_total",
+        "Occurrences skipped at claim time because their schedule was still running (SKIP_IF_RUNNING).",
+    ),
+    (
         "campanile_planner_shards_held",
         "Planner shards held by this node.",
+    ),
+    (
+        "campanile_due_backlog",
+        "Occurrences due and not claimed, all tenants (counted up to 1,000,000; sampled every 10 s).",
+    ),
+    (
+        "campanile_due_backlog_oldest_age_seconds",
+        "How long the longest-waiting due occurrence has been available (sampled every 10 s).",
+    ),
+    (
+        "campanile_outbox_backlog",
+        "Outbox rows not yet delivered (sampled every 10 s).",
     ),
     (
         "campanile_schedule_lag_seconds",
@@ -277,7 +293,7 @@ pub const METRICS: &[(&str, &str)] = &[
 fn register_metrics() {
     for (name, help) in METRICS {
         let name: &'static str = name;
-        if name.ends_with("_seconds") {
+        if name.ends_with("_lag_seconds") {
             metrics::describe_histogram!(name, metrics::Unit::Seconds, *help);
         } else if name.ends_with("_total") {
             metrics::describe_counter!(name, *help);

@@ -286,6 +286,10 @@ impl Store for PgStore {
         schedules::schedule_due(&self.client().await?, p).await
     }
 
+    async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
+        ops::backlog(&self.client().await?, now).await
+    }
+
     async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
         schedules::schedule_next_due(&self.client().await?, shards).await
     }

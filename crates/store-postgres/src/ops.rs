@@ -340,6 +340,7 @@ async fn claim_constrained(
     )
     .await?;
     let mut out = Vec::new();
+    let mut skipped = 0u64;
     let mut waiting = std::collections::HashSet::new();
     for cand in &candidates {
         if out.len() >= room {
@@ -401,10 +402,12 @@ async fn claim_constrained(
             }
             fence::OverlapDecision::Skip => {
                 execute(&tx, "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = $2 WHERE seq = $1", &[&seq, &now]).await?;
+                skipped += 1;
             }
         }
     }
     tx.commit().await.map_err(pg_err)?;
+    metrics::counter!("campanile_occurrences_skipped_overlap_total").increment(skipped);
     Ok(out)
 }
 
@@ -865,4 +868,30 @@ pub(crate) async fn version_insert<C: GenericClient>(
     )
     .await?;
     Ok(())
+}
+
+pub(crate) async fn backlog(c: &Client, now: Option<Timestamp>) -> R<Backlog> {
+    let now = resolve_now(c, now).await?;
+    // Bounded: at most BACKLOG_COUNT_CAP rows are read.
+    let rows = query(
+        c,
+        "SELECT count(*), min(available_at) FROM (
+             SELECT available_at FROM occurrences
+              WHERE state IN ('READY', 'RETRY_WAIT') AND available_at <= $1 LIMIT $2) d",
+        &[&now, &(BACKLOG_COUNT_CAP as i64)],
+    )
+    .await?;
+    let outbox = query(
+        c,
+        "SELECT count(*) FROM outbox WHERE delivered_at IS NULL",
+        &[],
+    )
+    .await?;
+    let (due, oldest): (i64, Option<i64>) =
+        rows.first().map_or((0, None), |r| (r.get(0), r.get(1)));
+    Ok(Backlog {
+        due: due as u64,
+        oldest_due_at: oldest.map(ts).transpose()?,
+        outbox_pending: outbox.first().map_or(0, |r| r.get::<_, i64>(0)) as u64,
+    })
 }

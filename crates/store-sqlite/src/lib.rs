@@ -274,6 +274,11 @@ impl Store for SqliteStore {
         self.read(move |c| schedules::schedule_due(c, &p)).await
     }
 
+    async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
+        let now = self.now(now);
+        self.read(move |c| ops::backlog(c, now)).await
+    }
+
     async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
         let shards = shards.to_vec();
         self.read(move |c| schedules::schedule_next_due(c, &shards))

@@ -405,6 +405,8 @@ fn claim_constrained(
                 waiting.insert(schedule);
             }
             fence::OverlapDecision::Skip => {
+                // Counted as decided; the single writer's commit follows in the same group.
+                metrics::counter!("campanile_occurrences_skipped_overlap_total").increment(1);
                 c.prepare_cached(
                     "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = ?2 WHERE seq = ?1",
                 )
@@ -480,6 +482,35 @@ fn finish_claim(
     }
     out.sort_by_key(|c| c.available_at);
     Ok(out)
+}
+
+pub(crate) fn backlog(c: &Connection, now: i64) -> R<Backlog> {
+    // Bounded: at most BACKLOG_COUNT_CAP rows are read, from the two pending indexes.
+    let (due, oldest): (i64, Option<i64>) = c
+        .prepare_cached(
+            "SELECT COUNT(*), MIN(available_at) FROM (
+                 SELECT available_at FROM occurrences
+                  WHERE state IN ('READY', 'RETRY_WAIT') AND overlap = 0 AND available_at <= ?1
+                 UNION ALL
+                 SELECT available_at FROM occurrences
+                  WHERE state IN ('READY', 'RETRY_WAIT') AND overlap <> 0 AND available_at <= ?1
+                 LIMIT ?2)",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![now, BACKLOG_COUNT_CAP as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+        })
+        .map_err(db_err)?;
+    let outbox: i64 = c
+        .prepare_cached("SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(db_err)?;
+    Ok(Backlog {
+        due: due as u64,
+        oldest_due_at: oldest.map(ts).transpose()?,
+        outbox_pending: outbox as u64,
+    })
 }
 
 pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Renewal>> {

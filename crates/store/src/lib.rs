@@ -109,6 +109,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Active schedules of a shard with `next_run_at <= before`, earliest first.
     async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError>;
 
+    /// How much work is waiting at `now` (`None`: the store's clock), across all tenants.
+    async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError>;
+
     /// The earliest `next_run_at` among the active schedules of these shards.
     async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError>;
 

@@ -134,6 +134,21 @@ impl Ack {
     }
 }
 
+/// How much work is waiting, for the backlog gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// Occurrences due now and not claimed (`READY`, or `RETRY_WAIT` whose wait is over),
+    /// counted up to [`BACKLOG_COUNT_CAP`].
+    pub due: u64,
+    /// When the longest-waiting of them became available.
+    pub oldest_due_at: Option<Timestamp>,
+    /// Outbox rows not yet delivered.
+    pub outbox_pending: u64,
+}
+
+/// The due backlog is counted up to this many, so that sampling it stays bounded at a peak.
+pub const BACKLOG_COUNT_CAP: u64 = 1_000_000;
+
 /// What the recovery sweep did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SweepReport {

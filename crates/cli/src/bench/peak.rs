@@ -38,6 +38,9 @@ pub(crate) struct PeakArgs {
     /// away). Short values suit smoke runs.
     #[arg(long)]
     due_in: Option<i64>,
+    /// Also draw the drain curve and the claim-lag histogram to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -285,6 +288,15 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
         drain,
         lags.len() as f64 / drain.max(1e-9)
     );
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "campanile bench peak: {} schedules, {:?}, {} workers, batch {}",
+            args.schedules, args.common.backend, args.workers, args.batch
+        );
+        std::fs::write(path, super::plot::lag_svg(&title, &lags))
+            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+        println!("plot: {}", path.display());
+    }
     if args.common.json {
         println!("{out}");
     }

@@ -627,3 +627,30 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         assert_eq!(claim(s, &g, "q", "A", 100, 60, secs(3)).await.len(), 10);
     });
 }
+
+pub fn backlog_counts_due_unclaimed_work(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let empty = s.backlog(Some(secs(100))).await.unwrap();
+        assert_eq!((empty.due, empty.oldest_due_at), (0, None));
+        // Due at 10, 20, 30 s; one more due only at 500 s; a second queue due at 5 s.
+        let mut items: Vec<_> = [10, 20, 30, 500]
+            .into_iter()
+            .map(|t| new_occ(&f, "q", secs(t), 3))
+            .collect();
+        items.push(new_occ(&f, "other", secs(5), 3));
+        insert(s, &f, items).await;
+        let b = s.backlog(Some(secs(100))).await.unwrap();
+        assert_eq!((b.due, b.oldest_due_at), (4, Some(secs(5))));
+        assert_eq!(b.outbox_pending, 0);
+        // Claimed work is no longer waiting; the oldest moves on.
+        claim(s, &f, "other", "A", 10, 600, secs(100)).await;
+        claim(s, &f, "q", "A", 1, 600, secs(100)).await;
+        let b = s.backlog(Some(secs(100))).await.unwrap();
+        assert_eq!((b.due, b.oldest_due_at), (2, Some(secs(20))));
+        // At 550 s the future one is due too (and the leases above are still held).
+        let b = s.backlog(Some(secs(550))).await.unwrap();
+        assert_eq!((b.due, b.oldest_due_at), (3, Some(secs(20))));
+    });
+}
