@@ -187,7 +187,21 @@ impl Store for SqliteStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        self.write(move |c| ops::occurrence_claim(c, &p, now)).await
+        let claims = self
+            .write(move |c| ops::occurrence_claim(c, &p, now))
+            .await?;
+        if claims.is_empty() {
+            return Ok(claims);
+        }
+        // Payloads on a reader, in parallel with the writer's next job (bench peak: drain
+        // 6.2-6.8 s -> 5.9 s). Should this read fail, the claims are committed but not
+        // delivered: their leases expire and they run again, as after a lost response.
+        self.read(move |c| {
+            let mut claims = claims;
+            ops::fill_payloads(c, &mut claims)?;
+            Ok(claims)
+        })
+        .await
     }
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {

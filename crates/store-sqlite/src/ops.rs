@@ -418,8 +418,8 @@ fn claim_constrained(
     Ok(out)
 }
 
-/// Closes the previous attempt of re-claimed occurrences, opens the new attempts, and joins
-/// the payloads.
+/// Closes the previous attempt of re-claimed occurrences and opens the new attempts. Payloads
+/// are joined afterwards, on a reader ([`fill_payloads`]), to keep the single writer short.
 fn finish_claim(
     c: &Connection,
     worker: &str,
@@ -439,12 +439,6 @@ fn finish_claim(
              VALUES (?1, ?2, ?3, ?4, ?5, 'running')",
         )
         .map_err(db_err)?;
-    let mut payload_q = c
-        .prepare_cached(
-            "SELECT payload FROM schedule_versions WHERE schedule_id = ?1 AND version = ?2",
-        )
-        .map_err(db_err)?;
-    let mut payloads: HashMap<(Uuid, u32), Option<String>> = HashMap::new();
     let mut out = Vec::with_capacity(rows.len());
     for (seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts) in rows {
         if epoch > 1 {
@@ -455,18 +449,6 @@ fn finish_claim(
         attempt
             .execute(params![seq, epoch, worker, now, lease_until])
             .map_err(db_err)?;
-        let payload = match payloads.get(&(schedule_id, version)) {
-            Some(p) => p.clone(),
-            None => {
-                let p: Option<String> = payload_q
-                    .query_row(params![schedule_id, version], |r| r.get(0))
-                    .optional()
-                    .map_err(db_err)?
-                    .flatten();
-                payloads.insert((schedule_id, version), p.clone());
-                p
-            }
-        };
         out.push(Claimed {
             id: OccurrenceId(id),
             schedule_id: ScheduleId(schedule_id),
@@ -477,11 +459,38 @@ fn finish_claim(
             lease_until: ts(lease_until)?,
             attempt: attempts,
             claimed_at: ts(now)?,
-            payload,
+            payload: None,
         });
     }
     out.sort_by_key(|c| c.available_at);
     Ok(out)
+}
+
+/// Joins the payloads of claimed occurrences. Schedule versions are immutable and written
+/// before any of their occurrences, so any snapshot after the claim has them.
+pub(crate) fn fill_payloads(c: &Connection, claims: &mut [Claimed]) -> R<()> {
+    let mut q = c
+        .prepare_cached(
+            "SELECT payload FROM schedule_versions WHERE schedule_id = ?1 AND version = ?2",
+        )
+        .map_err(db_err)?;
+    let mut seen: HashMap<(Uuid, u32), Option<String>> = HashMap::new();
+    for claim in claims {
+        let key = (claim.schedule_id.0, claim.version);
+        claim.payload = match seen.get(&key) {
+            Some(p) => p.clone(),
+            None => {
+                let p: Option<String> = q
+                    .query_row(params![key.0, key.1], |r| r.get(0))
+                    .optional()
+                    .map_err(db_err)?
+                    .flatten();
+                seen.insert(key, p.clone());
+                p
+            }
+        };
+    }
+    Ok(())
 }
 
 pub(crate) fn backlog(c: &Connection, now: i64) -> R<Backlog> {
