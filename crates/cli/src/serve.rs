@@ -127,6 +127,18 @@ async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {
 
 async fn serve(args: Settings) -> Result<(), CliError> {
     let store = db::open(&args.database, None).await?;
+    let recorded = store
+        .deployment_shards(args.shards)
+        .await
+        .map_err(|e| CliError::runtime(format!("cannot read the deployment settings: {e}")))?;
+    if recorded != args.shards {
+        return Err(CliError::usage(format!(
+            "this database was set up with {recorded} planner shards, and every node must use \
+             the same count: start with --shards {recorded} (this node was given {}). Changing \
+             the shard count of an existing deployment is not supported yet.",
+            args.shards
+        )));
+    }
     first_run(store.as_ref(), &args.database).await?;
     let mut planner = PlannerConfig::new(format!(
         "node-{}",

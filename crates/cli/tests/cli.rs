@@ -164,6 +164,39 @@ fn serve_reads_a_config_file_and_refuses_a_bad_one() {
     assert!(up, "serve listens where the config file says");
     assert!(dir.join("c.db").exists(), "and uses its database");
 
+    // The database now records 4 shards: a node started with another count would never plan
+    // the schedules filed under the shards it does not know, so it refuses to start.
+    let mut other = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args([
+            "serve",
+            "--shards",
+            "16",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+        ])
+        .arg(dir.join("c.db"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = other.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = other.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut other.stderr.take().expect("stderr"), &mut err)
+        .expect("read");
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{err}");
+    assert!(err.contains("--shards 4"), "{err}");
+
     std::fs::write(&cfg, "listen = \"not an address\"\n").expect("write");
     let o = campanile(&["serve", "--config", cfg.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

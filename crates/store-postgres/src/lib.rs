@@ -286,6 +286,10 @@ impl Store for PgStore {
         schedules::schedule_due(&self.client().await?, p).await
     }
 
+    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError> {
+        ops::deployment_shards(&self.client().await?, shards).await
+    }
+
     async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
         ops::backlog(&self.client().await?, now).await
     }

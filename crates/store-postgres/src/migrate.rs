@@ -6,8 +6,14 @@ use campanile_store::StoreError;
 use crate::pg_err;
 
 /// `(version, name, sql)` of every migration, in order.
-pub const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "deployment",
+        include_str!("../migrations/0002_deployment.sql"),
+    ),
+];
 
 const LOCK_KEY: i64 = 0x0063_616d_7061_6e69; // "campani"
 

@@ -895,3 +895,28 @@ pub(crate) async fn backlog(c: &Client, now: Option<Timestamp>) -> R<Backlog> {
         outbox_pending: outbox.first().map_or(0, |r| r.get::<_, i64>(0)) as u64,
     })
 }
+
+pub(crate) async fn deployment_shards(c: &Client, shards: u32) -> R<u32> {
+    let n = i32::try_from(shards).map_err(|_| StoreError::Invalid("too many shards".into()))?;
+    let rows = query(
+        c,
+        "WITH ins AS (
+             INSERT INTO deployment (id, shards, created_at)
+             VALUES (1, $1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+             ON CONFLICT (id) DO NOTHING RETURNING shards)
+         SELECT shards FROM ins UNION ALL SELECT shards FROM deployment WHERE id = 1",
+        &[&n],
+    )
+    .await?;
+    // A node that lost a race to record its count sees neither row in its snapshot: read again.
+    let rows = if rows.is_empty() {
+        query(c, "SELECT shards FROM deployment WHERE id = 1", &[]).await?
+    } else {
+        rows
+    };
+    let recorded: i32 = rows
+        .first()
+        .map(|r| r.get(0))
+        .ok_or_else(|| StoreError::Database("no deployment row after recording one".into()))?;
+    u32::try_from(recorded).map_err(|_| StoreError::Database(format!("bad shard count {recorded}")))
+}

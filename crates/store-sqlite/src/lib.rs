@@ -288,6 +288,12 @@ impl Store for SqliteStore {
         self.read(move |c| schedules::schedule_due(c, &p)).await
     }
 
+    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError> {
+        let now = self.now(None);
+        self.write(move |c| ops::deployment_shards(c, shards, now))
+            .await
+    }
+
     async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
         let now = self.now(now);
         self.read(move |c| ops::backlog(c, now)).await

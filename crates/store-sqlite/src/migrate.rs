@@ -13,6 +13,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "claim_indexes",
         include_str!("../migrations/0002_claim_indexes.sql"),
     ),
+    (
+        3,
+        "deployment",
+        include_str!("../migrations/0003_deployment.sql"),
+    ),
 ];
 
 /// Applies the migrations the database lacks; refuses a database newer than this binary.

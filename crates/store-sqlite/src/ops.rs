@@ -493,6 +493,17 @@ pub(crate) fn fill_payloads(c: &Connection, claims: &mut [Claimed]) -> R<()> {
     Ok(())
 }
 
+pub(crate) fn deployment_shards(c: &Connection, shards: u32, now: i64) -> R<u32> {
+    c.prepare_cached(
+        "INSERT INTO deployment (id, shards, created_at) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING",
+    )
+    .and_then(|mut s| s.execute(params![shards, now]))
+    .map_err(db_err)?;
+    c.prepare_cached("SELECT shards FROM deployment WHERE id = 1")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(db_err)
+}
+
 pub(crate) fn backlog(c: &Connection, now: i64) -> R<Backlog> {
     // Bounded: at most BACKLOG_COUNT_CAP rows are read, from the two pending indexes.
     let (due, oldest): (i64, Option<i64>) = c

@@ -109,6 +109,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Active schedules of a shard with `next_run_at <= before`, earliest first.
     async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError>;
 
+    /// The deployment's planner shard count: records `shards` if none is recorded yet (the
+    /// first node to start decides) and returns the recorded count, which every node must use.
+    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError>;
+
     /// How much work is waiting at `now` (`None`: the store's clock), across all tenants.
     async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError>;
 

@@ -654,3 +654,13 @@ pub fn backlog_counts_due_unclaimed_work(rt: &Runtime, h: Harness) {
         assert_eq!((b.due, b.oldest_due_at), (3, Some(secs(20))));
     });
 }
+
+pub fn the_first_shard_count_recorded_is_kept(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        assert_eq!(s.deployment_shards(16).await.unwrap(), 16);
+        // A node started with another count learns the recorded one (and refuses to start).
+        assert_eq!(s.deployment_shards(8).await.unwrap(), 16);
+        assert_eq!(s.deployment_shards(16).await.unwrap(), 16);
+    });
+}

@@ -42,7 +42,7 @@ macro_rules! conformance_tests {
             tenants_are_isolated, list_filters_and_cursor, renew_reports_lost_leases,
             claim_orders_by_priority_then_availability, batch_finish_fences_each_item,
             racing_workers_never_overwrite_a_successor, quotas_and_queue_limits_cap_claims,
-            backlog_counts_due_unclaimed_work);
+            backlog_counts_due_unclaimed_work, the_first_shard_count_recorded_is_kept);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
