@@ -130,64 +130,106 @@ impl Planner {
         let mut calendars: HashMap<Timing, Result<Calendar, String>> = HashMap::new();
         // Per-tenant catch-up pacing across this pass: (runs per second, runs paced so far).
         let mut catchup: HashMap<TenantId, (Option<i64>, i64)> = HashMap::new();
-        for lease in leases {
-            // Bounded: each round either advances schedules or stops.
-            for _ in 0..10_000 {
-                let t_read = std::time::Instant::now();
-                let due = self
-                    .store
-                    .schedule_due(ScheduleDueList {
-                        shard: lease.shard,
-                        before,
-                        limit: self.cfg.batch,
-                    })
-                    .await?;
-                if due.is_empty() {
+        // A pipeline over the held shards, round robin: while one shard's batch commits (on
+        // the writer), the next shard's batch is read (on a reader) and decided. Never two
+        // batches of one shard in flight: a read overlapping its own shard's commit would
+        // return the schedules being advanced (they would be refused as stale, not doubled,
+        // but it is wasted work). Bounded: each round either advances schedules or drops a
+        // shard, and a shard is dropped when a read finds nothing due.
+        let mut rotation: std::collections::VecDeque<ShardLease> = leases.into();
+        let mut inflight: Option<(ShardLease, bool, PlanCommit)> = None;
+        for _ in 0..1_000_000 {
+            let next = match rotation.pop_front() {
+                Some(lease) if inflight.as_ref().is_some_and(|f| f.0.shard == lease.shard) => {
+                    // Defensive (the in-flight shard is never in the rotation): finish its
+                    // commit before reading it again, and keep one entry for it.
+                    self.settle(inflight.take(), &mut rotation, &mut report)
+                        .await?;
+                    rotation.retain(|l| l.shard != lease.shard);
+                    rotation.push_front(lease);
+                    continue;
+                }
+                next => next,
+            };
+            let Some(lease) = next else {
+                if inflight.is_none() {
                     break;
                 }
-                report.read += t_read.elapsed();
-                let full = due.len() as u32 == self.cfg.batch;
-                let t_decide = std::time::Instant::now();
-                let mut items: Vec<PlanItem> = due
-                    .iter()
-                    .map(|d| self.item(d, now, &mut calendars))
-                    .collect();
-                self.pace_catchup(&due, &mut items, now, &mut catchup)
+                self.settle(inflight.take(), &mut rotation, &mut report)
                     .await?;
-                report.decide += t_decide.elapsed();
-                let t_commit = std::time::Instant::now();
-                let committed = self
-                    .store
-                    .plan_commit(PlanCommit {
-                        node: self.cfg.node.clone(),
-                        shard: lease.shard,
-                        shard_epoch: lease.epoch,
-                        items,
-                        now: Some(now),
-                    })
-                    .await;
-                report.commit += t_commit.elapsed();
-                match committed {
-                    Ok(r) => {
-                        metrics::counter!("campanile_occurrences_planned_total")
-                            .increment(r.inserted);
-                        report.planned += r.applied;
-                        report.inserted += r.inserted;
-                        report.stale += r.stale;
-                        if r.applied == 0 && !full {
-                            break;
-                        }
-                    }
-                    Err(StoreError::Fenced(msg)) => {
-                        tracing::warn!(shard = lease.shard, %msg, "shard lease lost; stopping this shard");
-                        report.fenced += 1;
-                        break;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+                continue;
+            };
+            let t_read = std::time::Instant::now();
+            let (due, settled) = tokio::join!(
+                self.store.schedule_due(ScheduleDueList {
+                    shard: lease.shard,
+                    before,
+                    limit: self.cfg.batch,
+                }),
+                self.settle(inflight.take(), &mut rotation, &mut report),
+            );
+            settled?;
+            let due = due?;
+            report.read += t_read.elapsed();
+            if due.is_empty() {
+                continue;
             }
+            let full = due.len() as u32 == self.cfg.batch;
+            let t_decide = std::time::Instant::now();
+            let mut items: Vec<PlanItem> = due
+                .iter()
+                .map(|d| self.item(d, now, &mut calendars))
+                .collect();
+            self.pace_catchup(&due, &mut items, now, &mut catchup)
+                .await?;
+            report.decide += t_decide.elapsed();
+            inflight = Some((
+                lease,
+                full,
+                PlanCommit {
+                    node: self.cfg.node.clone(),
+                    shard: lease.shard,
+                    shard_epoch: lease.epoch,
+                    items,
+                    now: Some(now),
+                },
+            ));
         }
         Ok(report)
+    }
+
+    /// Commits an in-flight batch (if any) and puts its shard back in the rotation unless it
+    /// is done (nothing advanced and the batch was not full) or its lease was lost.
+    async fn settle(
+        &self,
+        inflight: Option<(ShardLease, bool, PlanCommit)>,
+        rotation: &mut std::collections::VecDeque<ShardLease>,
+        report: &mut TickReport,
+    ) -> Result<(), PlannerError> {
+        let Some((lease, full, commit)) = inflight else {
+            return Ok(());
+        };
+        let t_commit = std::time::Instant::now();
+        let committed = self.store.plan_commit(commit).await;
+        report.commit += t_commit.elapsed();
+        match committed {
+            Ok(r) => {
+                metrics::counter!("campanile_occurrences_planned_total").increment(r.inserted);
+                report.planned += r.applied;
+                report.inserted += r.inserted;
+                report.stale += r.stale;
+                if r.applied > 0 || full {
+                    rotation.push_back(lease);
+                }
+                Ok(())
+            }
+            Err(StoreError::Fenced(msg)) => {
+                tracing::warn!(shard = lease.shard, %msg, "shard lease lost; stopping this shard");
+                report.fenced += 1;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Spaces the late runs of each tenant with a catch-up rate quota so that, across all its
