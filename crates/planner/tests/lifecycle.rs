@@ -301,3 +301,64 @@ async fn lifecycle_races_with_claims(env: Env) {
     );
 }
 both!(lifecycle_races_with_claims);
+
+async fn resuming_is_held_to_the_quotas_of_creating(env: Env) {
+    let s = schedules(&env);
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let first = s
+        .create(
+            env.tenant,
+            cron("* * * * *", "UTC", DstPolicy::default()),
+            Some(t0),
+        )
+        .await
+        .unwrap()
+        .record
+        .id;
+    env.store
+        .tenant_quota_set(TenantQuota {
+            tenant: env.tenant,
+            max_active_schedules: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Pausing frees the only slot, another schedule takes it, and resuming is refused.
+    s.transition(env.tenant, first, ScheduleState::Paused, Some(plus(t0, 1)))
+        .await
+        .unwrap();
+    s.create(
+        env.tenant,
+        cron("* * * * *", "UTC", DstPolicy::default()),
+        Some(plus(t0, 2)),
+    )
+    .await
+    .unwrap();
+    let refused = s
+        .transition(env.tenant, first, ScheduleState::Active, Some(plus(t0, 3)))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(campanile_planner::PlannerError::Store(
+                StoreError::QuotaExceeded(_)
+            ))
+        ),
+        "{refused:?}"
+    );
+    let view = env
+        .store
+        .schedule_get(ScheduleGet {
+            tenant: env.tenant,
+            id: first,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        view.state,
+        ScheduleState::Paused,
+        "a refused resume leaves it paused"
+    );
+}
+both!(resuming_is_held_to_the_quotas_of_creating);

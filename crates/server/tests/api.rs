@@ -908,7 +908,7 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
         })
         .await
         .unwrap();
-    let (s, _) = app
+    let (s, first) = app
         .call(
             "POST",
             "/v1/schedules",
@@ -917,6 +917,7 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
         )
         .await;
     assert_eq!(s, StatusCode::CREATED);
+    let first = first["id"].as_str().unwrap().to_string();
     let req = Request::builder()
         .method("POST")
         .uri("/v1/schedules")
@@ -931,6 +932,45 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
     );
     assert!(headers.get("retry-after").is_some());
     assert!(v["message"].as_str().unwrap().contains("at most 1 active"));
+    // Pausing frees the slot; resuming needs it again, like creating.
+    let (s, _) = app
+        .call(
+            "POST",
+            &format!("/v1/schedules/{first}/pause"),
+            Some(&app.b),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.b),
+            Some(json!({"queue": "q", "every": "1h"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/schedules/{first}/resume"),
+            Some(&app.b),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        "{v}"
+    );
+    let (_, got) = app
+        .call("GET", &format!("/v1/schedules/{first}"), Some(&app.b), None)
+        .await;
+    assert_eq!(
+        got["state"], "PAUSED",
+        "a refused resume leaves it paused: {got}"
+    );
 }
 
 #[tokio::test]

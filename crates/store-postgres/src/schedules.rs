@@ -310,6 +310,16 @@ pub(crate) async fn schedule_transition(
             (canceled, in_flight)
         }
         (ScheduleState::Paused, ScheduleState::Active) => {
+            // Resuming makes the schedule count again: the same quotas as creating it.
+            let fires: i64 = query(
+                &tx,
+                "SELECT fires_per_hour FROM schedules WHERE id = $1",
+                &[&p.id.0],
+            )
+            .await?
+            .first()
+            .map_or(0, |r| i64::from(r.get::<_, i32>(0)));
+            crate::admin::check_schedule_quota(&tx, p.tenant, 1, fires, None).await?;
             execute(
                 &tx,
                 "UPDATE schedules SET state = 'ACTIVE', updated_at = $2 WHERE id = $1",

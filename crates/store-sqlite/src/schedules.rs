@@ -325,6 +325,12 @@ pub(crate) fn schedule_transition(
             (canceled, in_flight)
         }
         (ScheduleState::Paused, ScheduleState::Active) => {
+            // Resuming makes the schedule count again: the same quotas as creating it.
+            let fires: i64 = c
+                .prepare_cached("SELECT fires_per_hour FROM schedules WHERE id = ?1")
+                .and_then(|mut s| s.query_row(params![p.id.0], |r| r.get(0)))
+                .map_err(db_err)?;
+            crate::admin::check_schedule_quota(c, p.tenant, 1, fires, None)?;
             c.prepare_cached(
                 "UPDATE schedules SET state = 'ACTIVE', updated_at = ?2 WHERE id = ?1",
             )
