@@ -116,8 +116,13 @@ async fn backlog_gauges(store: Arc<dyn Store>, mut stop: watch::Receiver<bool>) 
         if *stop.borrow() {
             return;
         }
-        match (store.backlog(None).await, store.store_now().await) {
-            (Ok(b), Ok(now)) => {
+        // One instant for the sample and its age.
+        let sampled = match store.store_now().await {
+            Ok(now) => store.backlog(Some(now)).await.map(|b| (b, now)),
+            Err(e) => Err(e),
+        };
+        match sampled {
+            Ok((b, now)) => {
                 metrics::gauge!("campanile_due_backlog").set(b.due as f64);
                 let age = b.oldest_due_at.map_or(0.0, |t| {
                     (now.as_millisecond() - t.as_millisecond()).max(0) as f64 / 1000.0
@@ -125,7 +130,7 @@ async fn backlog_gauges(store: Arc<dyn Store>, mut stop: watch::Receiver<bool>) 
                 metrics::gauge!("campanile_due_backlog_oldest_age_seconds").set(age);
                 metrics::gauge!("campanile_outbox_backlog").set(b.outbox_pending as f64);
             }
-            (Err(e), _) | (_, Err(e)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "sampling the backlog failed; retrying");
             }
         }

@@ -135,23 +135,12 @@ impl Planner {
         // batches of one shard in flight: a read overlapping its own shard's commit would
         // return the schedules being advanced (they would be refused as stale, not doubled,
         // but it is wasted work). Bounded: each round either advances schedules or drops a
-        // shard, and a shard is dropped when a read finds nothing due.
+        // shard, and a shard is dropped when a read finds nothing due. The in-flight shard is
+        // never in the rotation: only `settle` puts it back, after its commit.
         let mut rotation: std::collections::VecDeque<ShardLease> = leases.into();
         let mut inflight: Option<(ShardLease, bool, PlanCommit)> = None;
         for _ in 0..1_000_000 {
-            let next = match rotation.pop_front() {
-                Some(lease) if inflight.as_ref().is_some_and(|f| f.0.shard == lease.shard) => {
-                    // Defensive (the in-flight shard is never in the rotation): finish its
-                    // commit before reading it again, and keep one entry for it.
-                    self.settle(inflight.take(), &mut rotation, &mut report)
-                        .await?;
-                    rotation.retain(|l| l.shard != lease.shard);
-                    rotation.push_front(lease);
-                    continue;
-                }
-                next => next,
-            };
-            let Some(lease) = next else {
+            let Some(lease) = rotation.pop_front() else {
                 if inflight.is_none() {
                     break;
                 }

@@ -898,22 +898,16 @@ pub(crate) async fn backlog(c: &Client, now: Option<Timestamp>) -> R<Backlog> {
 
 pub(crate) async fn deployment_shards(c: &Client, shards: u32) -> R<u32> {
     let n = i32::try_from(shards).map_err(|_| StoreError::Invalid("too many shards".into()))?;
-    let rows = query(
+    execute(
         c,
-        "WITH ins AS (
-             INSERT INTO deployment (id, shards, created_at)
-             VALUES (1, $1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
-             ON CONFLICT (id) DO NOTHING RETURNING shards)
-         SELECT shards FROM ins UNION ALL SELECT shards FROM deployment WHERE id = 1",
+        "INSERT INTO deployment (id, shards, created_at)
+         VALUES (1, $1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+         ON CONFLICT (id) DO NOTHING",
         &[&n],
     )
     .await?;
-    // A node that lost a race to record its count sees neither row in its snapshot: read again.
-    let rows = if rows.is_empty() {
-        query(c, "SELECT shards FROM deployment WHERE id = 1", &[]).await?
-    } else {
-        rows
-    };
+    // A statement of its own, so its snapshot sees whichever node's row won.
+    let rows = query(c, "SELECT shards FROM deployment WHERE id = 1", &[]).await?;
     let recorded: i32 = rows
         .first()
         .map(|r| r.get(0))

@@ -211,32 +211,84 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     finish_claim(c, &p.worker_id, rows, now, lease_until)
 }
 
-/// A claim candidate: its priority and its row as it is before the claim.
-type Candidate = (i64, ClaimRow);
-
-/// The columns of a candidate, after `priority`, in [`ClaimRow`] order.
-const CANDIDATE_COLUMNS: &str =
-    "priority, seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts";
+/// A claim candidate: its row as it is before the claim, and what choosing it needs.
+struct Candidate {
+    priority: i64,
+    /// The overlap policy code (0: ALLOW).
+    overlap: i32,
+    /// Re-claimed after its lease expired (else due pending work).
+    running: bool,
+    row: ClaimRow,
+}
 
 fn candidate(r: &Row<'_>) -> rusqlite::Result<Candidate> {
-    Ok((
-        r.get(0)?,
-        (
-            r.get(1)?,
-            r.get(2)?,
+    Ok(Candidate {
+        priority: r.get(0)?,
+        overlap: r.get(1)?,
+        running: r.get(2)?,
+        row: (
             r.get(3)?,
             r.get(4)?,
             r.get(5)?,
             r.get(6)?,
             r.get(7)?,
             r.get(8)?,
+            r.get(9)?,
+            r.get(10)?,
         ),
-    ))
+    })
+}
+
+/// The claim's candidate queries for one kind of occurrence (unconstrained or
+/// overlap-constrained), built once: they are on the hottest path.
+struct ClaimSql {
+    /// The next pending priority below `?3`.
+    probe: String,
+    /// The due range of priority `?3` at `?4`, up to `?5`.
+    range: String,
+    /// Expired leases with attempts left at `?3`, up to `?4`.
+    expired: String,
+}
+
+impl ClaimSql {
+    fn new(overlap: &str) -> ClaimSql {
+        // In `candidate` order; the row's columns in `ClaimRow` order.
+        let columns = "priority, overlap, state = 'RUNNING', seq, id, schedule_id, version, \
+                       scheduled_for, available_at, epoch, attempts";
+        ClaimSql {
+            probe: format!(
+                "SELECT priority FROM occurrences
+                  WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
+                    AND {overlap} AND priority < ?3
+                  ORDER BY priority DESC LIMIT 1"
+            ),
+            range: format!(
+                "SELECT {columns} FROM occurrences
+                  WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
+                    AND {overlap} AND priority = ?3 AND available_at <= ?4
+                  ORDER BY available_at LIMIT ?5"
+            ),
+            expired: format!(
+                "SELECT {columns} FROM occurrences
+                  WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING' AND lease_until <= ?3
+                    AND attempts < max_attempts AND {overlap}
+                  ORDER BY lease_until LIMIT ?4"
+            ),
+        }
+    }
+
+    /// The queries for unconstrained (`false`) or overlap-constrained (`true`) occurrences.
+    fn get(constrained: bool) -> &'static ClaimSql {
+        static SQL: std::sync::LazyLock<[ClaimSql; 2]> = std::sync::LazyLock::new(|| {
+            [ClaimSql::new("overlap = 0"), ClaimSql::new("overlap <> 0")]
+        });
+        &SQL[usize::from(constrained)]
+    }
 }
 
 /// Keeps the `max` best candidates: highest priority first, then earliest available.
 fn best_first(c: &mut Vec<Candidate>, max: usize) {
-    c.sort_unstable_by_key(|(priority, row)| (std::cmp::Reverse(*priority), row.5, row.0));
+    c.sort_unstable_by_key(|c| (std::cmp::Reverse(c.priority), c.row.5, c.row.0));
     c.truncate(max);
 }
 
@@ -254,7 +306,7 @@ fn claim_rows(
         return Ok(Vec::new());
     }
     let seqs =
-        serde_json::Value::from(picked.iter().map(|(_, r)| r.0).collect::<Vec<_>>()).to_string();
+        serde_json::Value::from(picked.iter().map(|c| c.row.0).collect::<Vec<_>>()).to_string();
     let updated = c
         .prepare_cached(
             "UPDATE occurrences
@@ -272,7 +324,8 @@ fn claim_rows(
     }
     Ok(picked
         .into_iter()
-        .map(|(_, (seq, id, sid, version, sf, av, epoch, attempts))| {
+        .map(|c| {
+            let (seq, id, sid, version, sf, av, epoch, attempts) = c.row;
             (seq, id, sid, version, sf, av, epoch + 1, attempts + 1)
         })
         .collect())
@@ -289,28 +342,12 @@ fn pending_candidates(
     constrained: bool,
     limit: usize,
 ) -> R<Vec<Candidate>> {
-    let overlap = if constrained {
-        "overlap <> 0"
-    } else {
-        "overlap = 0"
-    };
-    let probe = format!(
-        "SELECT priority FROM occurrences
-          WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
-            AND {overlap} AND priority < ?3
-          ORDER BY priority DESC LIMIT 1"
-    );
-    let range = format!(
-        "SELECT {CANDIDATE_COLUMNS} FROM occurrences
-          WHERE tenant_id = ?1 AND queue = ?2 AND state IN ('READY', 'RETRY_WAIT')
-            AND {overlap} AND priority = ?3 AND available_at <= ?4
-          ORDER BY available_at LIMIT ?5"
-    );
+    let sql = ClaimSql::get(constrained);
     let mut out: Vec<Candidate> = Vec::new();
     let mut below = i64::MAX;
     while out.len() < limit {
         let priority: Option<i64> = c
-            .prepare_cached(&probe)
+            .prepare_cached(&sql.probe)
             .and_then(|mut s| {
                 s.query_row(params![p.tenant.0, p.queue, below], |r| r.get(0))
                     .optional()
@@ -319,7 +356,7 @@ fn pending_candidates(
         let Some(priority) = priority else { break };
         let want = (limit - out.len()) as i64;
         let rows = c
-            .prepare_cached(&range)
+            .prepare_cached(&sql.range)
             .and_then(|mut s| {
                 s.query_map(params![p.tenant.0, p.queue, priority, now, want], candidate)?
                     .collect::<rusqlite::Result<Vec<_>>>()
@@ -339,22 +376,12 @@ fn expired_candidates(
     constrained: bool,
     limit: usize,
 ) -> R<Vec<Candidate>> {
-    let overlap = if constrained {
-        "overlap <> 0"
-    } else {
-        "overlap = 0"
-    };
-    c.prepare_cached(&format!(
-        "SELECT {CANDIDATE_COLUMNS} FROM occurrences
-          WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING' AND lease_until <= ?3
-            AND attempts < max_attempts AND {overlap}
-          ORDER BY lease_until LIMIT ?4"
-    ))
-    .and_then(|mut s| {
-        s.query_map(params![p.tenant.0, p.queue, now, limit as i64], candidate)?
-            .collect()
-    })
-    .map_err(db_err)
+    c.prepare_cached(&ClaimSql::get(constrained).expired)
+        .and_then(|mut s| {
+            s.query_map(params![p.tenant.0, p.queue, now, limit as i64], candidate)?
+                .collect()
+        })
+        .map_err(db_err)
 }
 
 /// Claims of overlap-constrained occurrences, each decided with the state of its schedule's
@@ -375,12 +402,8 @@ fn claim_constrained(
         if out.len() >= room {
             break;
         }
-        let (seq, schedule) = (cand.1.0, cand.1.2);
-        let (overlap, state): (i32, String) = c
-            .prepare_cached("SELECT overlap, state FROM occurrences WHERE seq = ?1")
-            .and_then(|mut s| s.query_row(params![seq], |r| Ok((r.get(0)?, r.get(1)?))))
-            .map_err(db_err)?;
-        let decision = if state == "RUNNING" {
+        let (seq, schedule) = (cand.row.0, cand.row.2);
+        let decision = if cand.running {
             // The run itself is being retried after its lease expired.
             fence::OverlapDecision::Claim
         } else {
@@ -392,7 +415,7 @@ fn claim_constrained(
                 .and_then(|mut s| s.query_row(params![schedule, seq], |r| r.get(0)))
                 .map_err(db_err)?;
             fence::overlap_decision(
-                Overlap::from_code(overlap),
+                Overlap::from_code(cand.overlap),
                 running,
                 waiting.contains(&schedule),
             )
