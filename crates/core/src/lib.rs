@@ -8,9 +8,11 @@ mod clock;
 mod ids;
 mod policy;
 mod state;
+mod target;
 
 pub use backoff::{Backoff, BackoffError, flex_offset};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{OccurrenceId, ScheduleId, occurrence_id};
 pub use policy::{Misfire, Overlap};
 pub use state::{ErrorClass, OccurrenceState, UnknownName};
+pub use target::{NATS_PREFIX, RESERVED_PREFIX, Target, TargetError, is_reserved_queue};

@@ -24,9 +24,13 @@ pub struct ScheduleView {
 ///
 /// [`PlannerError::Invalid`] or [`PlannerError::Calendar`] naming what is wrong.
 pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
-    if spec.queue.trim().is_empty() || spec.queue.len() > 200 {
+    let target =
+        campanile_core::Target::from_queue(&spec.queue).map_err(|e| PlannerError::Invalid(e.0))?;
+    if target.is_external() && spec.overlap != campanile_core::Overlap::Allow {
         return Err(PlannerError::Invalid(
-            "queue must be 1 to 200 characters".into(),
+            "overlap policies apply to the built-in queue; a NATS target hands each occurrence \
+             to the broker, so overlap must be ALLOW"
+                .into(),
         ));
     }
     if spec.max_attempts == 0 || spec.max_attempts > 1_000 {

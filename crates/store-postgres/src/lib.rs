@@ -217,6 +217,16 @@ impl Store for PgStore {
         ops::occurrence_claim(&mut self.client().await?, p).await
     }
 
+    async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
+        if p.lease <= jiff::SignedDuration::ZERO {
+            return Err(StoreError::Invalid("lease must be positive".into()));
+        }
+        if p.max == 0 {
+            return Ok(Vec::new());
+        }
+        ops::relay_claim(&mut self.client().await?, p).await
+    }
+
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
         if p.lease <= jiff::SignedDuration::ZERO {
             return Err(StoreError::Invalid("lease must be positive".into()));

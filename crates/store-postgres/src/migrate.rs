@@ -13,6 +13,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "deployment",
         include_str!("../migrations/0002_deployment.sql"),
     ),
+    (
+        3,
+        "outbox_relay",
+        include_str!("../migrations/0003_outbox_relay.sql"),
+    ),
 ];
 
 const LOCK_KEY: i64 = 0x0063_616d_7061_6e69; // "campani"

@@ -173,6 +173,10 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
             bms.push(dur_ms(o.backoff_max));
             overlaps.push(o.overlap.code());
         }
+        let relayed = queues
+            .iter()
+            .zip(&states)
+            .any(|(q, st)| *st == "READY" && campanile_core::is_reserved_queue(q));
         inserted += execute(
             tx,
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
@@ -186,6 +190,20 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
             &[&tenant.0, &now, &ids, &sids, &vers, &sfs, &avs, &queues, &prios, &states, &maxes, &bis, &bms, &overlaps],
         )
         .await?;
+        if relayed {
+            // The outbox rows of externally targeted occurrences, in the same transaction;
+            // one per occurrence (a duplicate is ignored like the occurrence's).
+            execute(
+                tx,
+                "INSERT INTO outbox (tenant_id, occurrence_id, target, created_at, available_at)
+                 SELECT $1, u.id, u.q, $2, u.av
+                   FROM unnest($3::uuid[], $4::text[], $5::int8[], $6::text[]) AS u(id, q, av, st)
+                  WHERE u.st = 'READY' AND left(u.q, 1) = '$'
+                 ON CONFLICT DO NOTHING",
+                &[&tenant.0, &now, &ids, &queues, &avs, &states],
+            )
+            .await?;
+        }
     }
     Ok(inserted)
 }
@@ -411,6 +429,135 @@ async fn claim_constrained(
     Ok(out)
 }
 
+pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>> {
+    let now = resolve_now(c, p.now).await?;
+    let lease_until = now.saturating_add(dur_ms(p.lease));
+    // Read a little more than `max`: rows to settle or postpone are handled on the way.
+    let scan = i64::from(p.max).saturating_mul(2).max(16);
+    let tx = c.transaction().await.map_err(pg_err)?;
+    // Both rows locked, skipping what another relay holds: the decision below is atomic with
+    // the occurrence's state (a cancel, the recovery sweep) across nodes.
+    let due = query(
+        &tx,
+        "SELECT o.seq, o.tenant_id, o.target,
+                occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
+                occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms
+           FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
+          WHERE o.settled_at IS NULL AND o.available_at <= $1
+          ORDER BY o.available_at LIMIT $2
+          FOR UPDATE OF o, occ SKIP LOCKED",
+        &[&now, &scan],
+    )
+    .await?;
+    let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
+    let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
+    let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());
+    let mut routes: HashMap<Uuid, (TenantId, String)> = HashMap::new();
+    for r in &due {
+        let oseq: i64 = r.get(0);
+        let view = FenceView {
+            state: stored_state(r.get(5))?,
+            owner: r.get(6),
+            epoch: r.get(7),
+            lease_until: r.get(8),
+            available_at: r.get(9),
+            attempts: u32_of(r.get(10)),
+            max_attempts: u32_of(r.get(11)),
+            backoff_initial_ms: r.get(12),
+            backoff_max_ms: r.get(13),
+        };
+        match fence::relay_step(&view, now) {
+            fence::RelayStep::Settle(state) => {
+                settle_seqs.push(oseq);
+                settle_states.push(state.as_str());
+            }
+            fence::RelayStep::Postpone(at) => {
+                later_seqs.push(oseq);
+                later_ats.push(at);
+            }
+            fence::RelayStep::Claim if pick_seqs.len() < p.max as usize => {
+                pick_oseqs.push(oseq);
+                pick_seqs.push(r.get::<_, i64>(3));
+                routes.insert(r.get(4), (TenantId(r.get(1)), r.get(2)));
+            }
+            fence::RelayStep::Claim => {}
+        }
+    }
+    if !settle_seqs.is_empty() {
+        execute(
+            &tx,
+            "UPDATE outbox o SET settled_at = $1::int8, outcome = u.st,
+                    delivered_at = CASE WHEN u.st = 'SUCCEEDED' THEN $1::int8 END
+               FROM unnest($2::int8[], $3::text[]) AS u(seq, st) WHERE o.seq = u.seq",
+            &[&now, &settle_seqs, &settle_states],
+        )
+        .await?;
+    }
+    if !later_seqs.is_empty() {
+        execute(
+            &tx,
+            "UPDATE outbox o SET available_at = u.at
+               FROM unnest($1::int8[], $2::int8[]) AS u(seq, at) WHERE o.seq = u.seq",
+            &[&later_seqs, &later_ats],
+        )
+        .await?;
+    }
+    let rows = if pick_seqs.is_empty() {
+        Vec::new()
+    } else {
+        execute(
+            &tx,
+            "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ANY($1)",
+            &[&pick_oseqs],
+        )
+        .await?;
+        query(
+            &tx,
+            "WITH upd AS (
+                 UPDATE occurrences o
+                    SET state = 'RUNNING', owner = $2, epoch = o.epoch + 1, attempts = o.attempts + 1,
+                        lease_until = $4, claimed_at = $3, cancel_requested = false
+                  WHERE o.seq = ANY($1)
+                 RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
+             prev AS (
+                 UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
+                   FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
+             ins AS (
+                 INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+                 SELECT seq, epoch, $2, $3, $4, 'running' FROM upd)
+             SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
+                    upd.attempts, v.payload
+               FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
+              ORDER BY upd.available_at, upd.seq",
+            &[&pick_seqs, &p.node, &now, &lease_until],
+        )
+        .await?
+    };
+    if rows.len() != pick_seqs.len() {
+        return Err(StoreError::Database(format!(
+            "relay claimed {} of {} locked occurrences",
+            rows.len(),
+            pick_seqs.len()
+        )));
+    }
+    let out = rows
+        .iter()
+        .map(|r| {
+            let claim = claimed_row(r, now, lease_until)?;
+            let (tenant, target) = routes.remove(&claim.id.0).ok_or_else(|| {
+                StoreError::Database(format!("relay claimed {} without its outbox row", claim.id))
+            })?;
+            Ok(Relayed {
+                tenant,
+                target,
+                claim,
+            })
+        })
+        .collect::<R<Vec<_>>>()?;
+    tx.commit().await.map_err(pg_err)?;
+    Ok(out)
+}
+
 pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
     let now = resolve_now(c, p.now).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
@@ -614,6 +761,14 @@ pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ac
     )
     .await?;
     if n == 1 {
+        // An externally targeted occurrence goes back to the relay: its outbox row reopens.
+        execute(
+            c,
+            "UPDATE outbox SET settled_at = NULL, outcome = NULL, delivered_at = NULL, available_at = $2
+              WHERE occurrence_id = $1",
+            &[&id.0, &now],
+        )
+        .await?;
         return Ok(Ack {
             occurrence_id: id,
             rows: 1,
@@ -883,8 +1038,8 @@ pub(crate) async fn backlog(c: &Client, now: Option<Timestamp>) -> R<Backlog> {
     .await?;
     let outbox = query(
         c,
-        "SELECT count(*) FROM outbox WHERE delivered_at IS NULL",
-        &[],
+        "SELECT count(*) FROM outbox WHERE settled_at IS NULL AND available_at <= $1",
+        &[&now],
     )
     .await?;
     let (due, oldest): (i64, Option<i64>) =

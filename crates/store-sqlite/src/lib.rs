@@ -204,6 +204,31 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
+        let now = self.now(p.now);
+        if p.lease <= jiff::SignedDuration::ZERO {
+            return Err(StoreError::Invalid("lease must be positive".into()));
+        }
+        if p.max == 0 {
+            return Ok(Vec::new());
+        }
+        let relayed = self.write(move |c| ops::relay_claim(c, &p, now)).await?;
+        if relayed.is_empty() {
+            return Ok(relayed);
+        }
+        // Payloads on a reader, as for worker claims.
+        self.read(move |c| {
+            let mut claims: Vec<Claimed> = relayed.iter().map(|r| r.claim.clone()).collect();
+            ops::fill_payloads(c, &mut claims)?;
+            Ok(relayed
+                .into_iter()
+                .zip(claims)
+                .map(|(r, claim)| Relayed { claim, ..r })
+                .collect())
+        })
+        .await
+    }
+
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
         let now = self.now(p.now);
         if p.lease <= jiff::SignedDuration::ZERO {

@@ -18,6 +18,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "deployment",
         include_str!("../migrations/0003_deployment.sql"),
     ),
+    (
+        4,
+        "outbox_relay",
+        include_str!("../migrations/0004_outbox_relay.sql"),
+    ),
 ];
 
 /// Applies the migrations the database lacks; refuses a database newer than this binary.

@@ -142,6 +142,8 @@ pub(crate) fn insert_occurrences(
     let mut inserted = 0;
     for o in items {
         let id = occurrence_id(o.schedule_id, o.version, o.scheduled_for);
+        let relayed = matches!(o.state, OccurrenceState::Scheduled | OccurrenceState::Ready)
+            && campanile_core::is_reserved_queue(&o.queue);
         let state = match o.state {
             OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
             s @ (OccurrenceState::Missed
@@ -173,8 +175,37 @@ pub(crate) fn insert_occurrences(
                 o.overlap.code()
             ])
             .map_err(db_err)? as u64;
+        if relayed {
+            outbox_insert(
+                c,
+                tenant,
+                id,
+                &o.queue,
+                o.available_at.as_millisecond(),
+                now,
+            )?;
+        }
     }
     Ok(inserted)
+}
+
+/// The outbox row of an externally targeted occurrence, written in the same transaction as
+/// the occurrence; one per occurrence (a duplicate insert is ignored like the occurrence's).
+fn outbox_insert(
+    c: &Connection,
+    tenant: TenantId,
+    id: OccurrenceId,
+    target: &str,
+    available_at: i64,
+    now: i64,
+) -> R<()> {
+    c.prepare_cached(
+        "INSERT INTO outbox (tenant_id, occurrence_id, target, created_at, available_at)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    )
+    .and_then(|mut s| s.execute(params![tenant.0, id.0, target, now, available_at]))
+    .map_err(db_err)?;
+    Ok(())
 }
 
 /// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts)`.
@@ -203,7 +234,8 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     let mut picked = pending_candidates(c, p, now, false, max)?;
     picked.extend(expired_candidates(c, p, now, false, max)?);
     best_first(&mut picked, max);
-    let mut rows = claim_rows(c, p, now, lease_until, picked)?;
+    let picked = picked.into_iter().map(|c| c.row).collect();
+    let mut rows = claim_rows(c, &p.worker_id, now, lease_until, picked)?;
     let room = max - rows.len().min(max);
     if room > 0 {
         rows.extend(claim_constrained(c, p, now, lease_until, room)?);
@@ -297,16 +329,15 @@ fn best_first(c: &mut Vec<Candidate>, max: usize) {
 /// costs more than the update itself, and the new epoch and attempt count are known.
 fn claim_rows(
     c: &Connection,
-    p: &OccurrenceClaim,
+    worker: &str,
     now: i64,
     lease_until: i64,
-    picked: Vec<Candidate>,
+    picked: Vec<ClaimRow>,
 ) -> R<Vec<ClaimRow>> {
     if picked.is_empty() {
         return Ok(Vec::new());
     }
-    let seqs =
-        serde_json::Value::from(picked.iter().map(|c| c.row.0).collect::<Vec<_>>()).to_string();
+    let seqs = serde_json::Value::from(picked.iter().map(|r| r.0).collect::<Vec<_>>()).to_string();
     let updated = c
         .prepare_cached(
             "UPDATE occurrences
@@ -314,7 +345,7 @@ fn claim_rows(
                     lease_until = ?3, claimed_at = ?2, cancel_requested = 0
               WHERE seq IN (SELECT value FROM json_each(?4))",
         )
-        .and_then(|mut stmt| stmt.execute(params![p.worker_id, now, lease_until, seqs]))
+        .and_then(|mut stmt| stmt.execute(params![worker, now, lease_until, seqs]))
         .map_err(db_err)?;
     if updated != picked.len() {
         return Err(StoreError::Database(format!(
@@ -324,8 +355,8 @@ fn claim_rows(
     }
     Ok(picked
         .into_iter()
-        .map(|c| {
-            let (seq, id, sid, version, sf, av, epoch, attempts) = c.row;
+        .map(|row| {
+            let (seq, id, sid, version, sf, av, epoch, attempts) = row;
             (seq, id, sid, version, sf, av, epoch + 1, attempts + 1)
         })
         .collect())
@@ -422,7 +453,13 @@ fn claim_constrained(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                out.extend(claim_rows(c, p, now, lease_until, vec![cand])?);
+                out.extend(claim_rows(
+                    c,
+                    &p.worker_id,
+                    now,
+                    lease_until,
+                    vec![cand.row],
+                )?);
             }
             fence::OverlapDecision::Wait => {
                 waiting.insert(schedule);
@@ -546,14 +583,124 @@ pub(crate) fn backlog(c: &Connection, now: i64) -> R<Backlog> {
         })
         .map_err(db_err)?;
     let outbox: i64 = c
-        .prepare_cached("SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL")
-        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .prepare_cached(
+            "SELECT COUNT(*) FROM outbox WHERE settled_at IS NULL AND available_at <= ?1",
+        )
+        .and_then(|mut s| s.query_row([now], |r| r.get(0)))
         .map_err(db_err)?;
     Ok(Backlog {
         due: due as u64,
         oldest_due_at: oldest.map(ts).transpose()?,
         outbox_pending: outbox as u64,
     })
+}
+
+/// One due outbox row with its occurrence: `(outbox seq, tenant, target, fence view, row)`.
+type RelayRow = (i64, i64, String, FenceView, ClaimRow);
+
+pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Relayed>> {
+    let lease_until = now.saturating_add(dur_ms(p.lease));
+    // Read a little more than `max`: rows to settle or postpone are handled on the way.
+    let scan = i64::from(p.max).saturating_mul(2).max(16);
+    let due: Vec<RelayRow> = c
+        .prepare_cached(
+            "SELECT o.seq, o.tenant_id, o.target,
+                    occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
+                    occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
+                    occ.seq, occ.id, occ.schedule_id, occ.version, occ.scheduled_for
+               FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
+              WHERE o.settled_at IS NULL AND o.available_at <= ?1
+              ORDER BY o.available_at LIMIT ?2",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![now, scan], |r| {
+                let state: String = r.get(3)?;
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    state,
+                    (
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                        r.get(8)?,
+                        r.get(9)?,
+                        r.get(10)?,
+                        r.get(11)?,
+                    ),
+                    (r.get(12)?, r.get(13)?, r.get(14)?, r.get(15)?, r.get(16)?),
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?
+        .into_iter()
+        .map(|(oseq, tenant, target, state, f, o)| {
+            let (owner, epoch, lease, available_at, attempts, max_attempts, bi, bm) = f;
+            let view = FenceView {
+                state: stored_state(&state)?,
+                owner,
+                epoch,
+                lease_until: lease,
+                available_at,
+                attempts,
+                max_attempts,
+                backoff_initial_ms: bi,
+                backoff_max_ms: bm,
+            };
+            let row = (o.0, o.1, o.2, o.3, o.4, available_at, epoch, attempts);
+            Ok((oseq, tenant, target, view, row))
+        })
+        .collect::<R<_>>()?;
+    let mut picked: Vec<ClaimRow> = Vec::new();
+    let mut routes: HashMap<Uuid, (TenantId, String)> = HashMap::new();
+    let mut settle = c
+        .prepare_cached(
+            "UPDATE outbox SET settled_at = ?2, outcome = ?3,
+                    delivered_at = CASE WHEN ?3 = 'SUCCEEDED' THEN ?2 END
+              WHERE seq = ?1",
+        )
+        .map_err(db_err)?;
+    let mut postpone = c
+        .prepare_cached("UPDATE outbox SET available_at = ?2 WHERE seq = ?1")
+        .map_err(db_err)?;
+    let mut attempted = c
+        .prepare_cached("UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?1")
+        .map_err(db_err)?;
+    for (oseq, tenant, target, view, row) in due {
+        match fence::relay_step(&view, now) {
+            fence::RelayStep::Settle(state) => {
+                settle
+                    .execute(params![oseq, now, state.as_str()])
+                    .map_err(db_err)?;
+            }
+            fence::RelayStep::Postpone(at) => {
+                postpone.execute(params![oseq, at]).map_err(db_err)?;
+            }
+            fence::RelayStep::Claim if picked.len() < p.max as usize => {
+                attempted.execute(params![oseq]).map_err(db_err)?;
+                routes.insert(row.1, (TenantId(tenant), target));
+                picked.push(row);
+            }
+            fence::RelayStep::Claim => {}
+        }
+    }
+    let rows = claim_rows(c, &p.node, now, lease_until, picked)?;
+    finish_claim(c, &p.node, rows, now, lease_until)?
+        .into_iter()
+        .map(|claim| {
+            let (tenant, target) = routes.remove(&claim.id.0).ok_or_else(|| {
+                StoreError::Database(format!("relay claimed {} without its outbox row", claim.id))
+            })?;
+            Ok(Relayed {
+                tenant,
+                target,
+                claim,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Renewal>> {
@@ -846,6 +993,14 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
         .and_then(|mut s| s.execute(params![id.0, p.tenant.0, now]))
         .map_err(db_err)? as u64;
     if rows == 1 {
+        // An externally targeted occurrence goes back to the relay: its outbox row reopens.
+        c.prepare_cached(
+            "UPDATE outbox SET settled_at = NULL, outcome = NULL, delivered_at = NULL,
+                               available_at = ?2
+              WHERE occurrence_id = ?1",
+        )
+        .and_then(|mut s| s.execute(params![id.0, now]))
+        .map_err(db_err)?;
         return Ok(Ack {
             occurrence_id: id,
             rows,

@@ -194,3 +194,90 @@ pub fn overlap_decision(
         _ => OverlapDecision::Claim,
     }
 }
+
+/// What the relay does with one due outbox row, decided from its occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayStep {
+    /// Claim the occurrence and publish it.
+    Claim,
+    /// The occurrence has ended: settle the row with this outcome.
+    Settle(OccurrenceState),
+    /// Not claimable yet (retry back-off, a live lease): look again at this instant (ms).
+    Postpone(i64),
+}
+
+/// Re-examine a row whose expired lease has no attempts left after this long (ms): the
+/// recovery sweep is about to make its occurrence `DEAD`, and the row then settles.
+pub const RELAY_RECHECK_MS: i64 = 1_000;
+
+/// The relay's decision for the occurrence of a due outbox row, at `now` (ms). The view is
+/// the occurrence's row as read in the relay's transaction.
+#[must_use]
+pub fn relay_step(v: &FenceView, now: i64) -> RelayStep {
+    match v.state {
+        s if s.is_final() => RelayStep::Settle(s),
+        OccurrenceState::Ready | OccurrenceState::RetryWait | OccurrenceState::Scheduled => {
+            if v.available_at <= now {
+                RelayStep::Claim
+            } else {
+                RelayStep::Postpone(v.available_at)
+            }
+        }
+        _ => match v.lease_until {
+            Some(until) if until > now => RelayStep::Postpone(until),
+            _ if v.attempts < v.max_attempts => RelayStep::Claim,
+            _ => RelayStep::Postpone(now.saturating_add(RELAY_RECHECK_MS)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod relay_tests {
+    use super::*;
+
+    fn view(state: OccurrenceState, available_at: i64, lease_until: Option<i64>) -> FenceView {
+        FenceView {
+            state,
+            owner: None,
+            epoch: 0,
+            lease_until,
+            available_at,
+            attempts: 1,
+            max_attempts: 2,
+            backoff_initial_ms: 1,
+            backoff_max_ms: 1,
+        }
+    }
+
+    #[test]
+    fn relay_claims_due_work_settles_ended_work_and_postpones_the_rest() {
+        use OccurrenceState::*;
+        assert_eq!(relay_step(&view(Ready, 10, None), 10), RelayStep::Claim);
+        assert_eq!(
+            relay_step(&view(Ready, 11, None), 10),
+            RelayStep::Postpone(11)
+        );
+        assert_eq!(
+            relay_step(&view(RetryWait, 50, None), 10),
+            RelayStep::Postpone(50)
+        );
+        assert_eq!(
+            relay_step(&view(Running, 0, Some(15)), 10),
+            RelayStep::Postpone(15)
+        );
+        // At lease_until exactly the lease has expired.
+        assert_eq!(
+            relay_step(&view(Running, 0, Some(10)), 10),
+            RelayStep::Claim
+        );
+        let mut spent = view(Running, 0, Some(5));
+        spent.attempts = 2;
+        assert_eq!(
+            relay_step(&spent, 10),
+            RelayStep::Postpone(10 + RELAY_RECHECK_MS)
+        );
+        for s in [Succeeded, Dead, Canceled, Missed, SkippedOverlap] {
+            assert_eq!(relay_step(&view(s, 0, None), 10), RelayStep::Settle(s));
+        }
+    }
+}

@@ -116,6 +116,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// How much work is waiting at `now` (`None`: the store's clock), across all tenants.
     async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError>;
 
+    /// The relay's claim, across tenants, from the transactional outbox: up to `max` due
+    /// externally targeted occurrences (`READY`/`RETRY_WAIT` due, or `RUNNING` with an expired
+    /// lease and attempts left), claimed exactly as [`Store::occurrence_claim`] claims (new
+    /// epoch, the node as owner, a lease by the store's clock, an attempt row), earliest first.
+    /// In the same transaction it settles the outbox rows whose occurrence has ended
+    /// (succeeded, dead, canceled) and moves the rows of occurrences that are not due yet
+    /// (retry back-off, live lease) to when they will be. Completions go through
+    /// [`Store::occurrence_finish_many`], fenced like any worker's.
+    async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError>;
+
     /// The earliest `next_run_at` among the active schedules of these shards.
     async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError>;
 

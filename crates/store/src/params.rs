@@ -422,3 +422,16 @@ pub struct TenantQuota {
     /// Most late (catch-up) runs made available per second, across its schedules.
     pub max_catchup_per_sec: Option<i64>,
 }
+
+/// Params of [`crate::Store::relay_claim`].
+#[derive(Debug, Clone)]
+pub struct RelayClaim {
+    /// The relaying node: becomes the owner of what it claims.
+    pub node: String,
+    /// At most this many.
+    pub max: u32,
+    /// Lease length, judged by the store's clock.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}

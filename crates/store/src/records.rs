@@ -142,7 +142,8 @@ pub struct Backlog {
     pub due: u64,
     /// When the longest-waiting of them became available.
     pub oldest_due_at: Option<Timestamp>,
-    /// Outbox rows not yet delivered.
+    /// Outbox rows due and not yet settled (delivered, or closed because their occurrence
+    /// ended otherwise).
     pub outbox_pending: u64,
 }
 
@@ -532,4 +533,15 @@ pub struct IdempotentResponse {
     pub status: u16,
     /// Body.
     pub body: String,
+}
+
+/// An externally targeted occurrence claimed by the relay from the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relayed {
+    /// Its tenant (complete it with [`crate::Store::occurrence_finish_many`] as this tenant).
+    pub tenant: TenantId,
+    /// Its route, a reserved queue name such as `$nats:<subject>`.
+    pub target: String,
+    /// The claim, fenced like a worker's, with the version's payload.
+    pub claim: Claimed,
 }

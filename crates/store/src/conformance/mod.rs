@@ -9,11 +9,13 @@ mod crash;
 mod fencing;
 mod lifecycle;
 mod races;
+mod relay;
 
 pub use crash::*;
 pub use fencing::*;
 pub use lifecycle::*;
 pub use races::*;
+pub use relay::*;
 
 use std::sync::Arc;
 
@@ -42,7 +44,10 @@ macro_rules! conformance_tests {
             tenants_are_isolated, list_filters_and_cursor, renew_reports_lost_leases,
             claim_orders_by_priority_then_availability, batch_finish_fences_each_item,
             racing_workers_never_overwrite_a_successor, quotas_and_queue_limits_cap_claims,
-            backlog_counts_due_unclaimed_work, the_first_shard_count_recorded_is_kept);
+            backlog_counts_due_unclaimed_work, the_first_shard_count_recorded_is_kept,
+            relay_claims_due_outbox_work_across_tenants,
+            relay_lease_expiry_hands_over_and_fences_the_stale_relay,
+            relay_retries_settles_cancels_and_reopens_on_redrive);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
