@@ -1,0 +1,324 @@
+//! The relay: delivers externally targeted occurrences from the transactional outbox.
+//!
+//! The planner writes an outbox row with each occurrence whose route is a reserved queue
+//! (`$nats:<subject>`), in the same transaction. The relay claims due rows across tenants
+//! ([`Store::relay_claim`]) under a fenced lease like any worker, publishes each occurrence
+//! to its JetStream subject with the occurrence id as `Nats-Msg-Id` (the stream's
+//! de-duplication id), and completes it with the stream's acknowledgement — fenced, so a
+//! relay whose lease passed cannot overwrite its successor's result. A relay that dies after
+//! publishing and before completing leaves a lease that expires; the next relay publishes
+//! again with the same id, and the stream drops the duplicate inside its duplicate window.
+//! Delivery is at least once.
+//!
+//! A failed publish (no stream for the subject, a timeout) is a transient failure: the
+//! occurrence backs off and is retried under its schedule's retry policy, then goes `DEAD`
+//! like any other. A message the server can never take (over its payload limit) is permanent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+use campanile_core::{ErrorClass, OccurrenceState, Target};
+use campanile_store::{
+    Ack, Finish, FinishItem, LeaseRef, OccurrenceFinishMany, RelayClaim, Relayed, Store,
+    StoreError, TenantId,
+};
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::watch;
+
+/// Errors of the relay layer.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The NATS server could not be reached.
+    #[error("cannot connect to NATS at {url}: {message}")]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Relay settings.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// This node's name: the owner of the occurrences it claims.
+    pub node: String,
+    /// Occurrences per claim.
+    pub batch: u32,
+    /// Lease on claimed occurrences; longer than a publish and its acknowledgement can take.
+    pub lease: SignedDuration,
+    /// Pause between polls when nothing was due.
+    pub idle: Duration,
+}
+
+impl RelayConfig {
+    /// Defaults for a node called `node`.
+    #[must_use]
+    pub fn new(node: impl Into<String>) -> RelayConfig {
+        RelayConfig {
+            node: node.into(),
+            batch: 500,
+            lease: SignedDuration::from_secs(30),
+            idle: Duration::from_millis(200),
+        }
+    }
+}
+
+/// What one relay step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayReport {
+    /// Occurrences claimed from the outbox.
+    pub claimed: u64,
+    /// Acknowledged by the stream (including ones it reported as duplicates).
+    pub published: u64,
+    /// Acknowledged as duplicates (a re-delivery after a relay died).
+    pub duplicates: u64,
+    /// Publishes that failed (recorded as failed attempts).
+    pub failed: u64,
+    /// Completions refused because the lease had passed (another relay took over).
+    pub stale: u64,
+}
+
+/// Connects to NATS, for [`Relay::new`].
+///
+/// # Errors
+///
+/// [`RelayError::Connect`] naming the URL.
+pub async fn connect(url: &str) -> Result<async_nats::Client, RelayError> {
+    async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|e| RelayError::Connect {
+            url: url.to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// Delivers due outbox rows to NATS JetStream.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    store: Arc<dyn Store>,
+    js: jetstream::Context,
+    cfg: RelayConfig,
+}
+
+impl Relay {
+    /// A relay over a store and a connected NATS client.
+    #[must_use]
+    pub fn new(store: Arc<dyn Store>, client: async_nats::Client, cfg: RelayConfig) -> Relay {
+        Relay {
+            store,
+            js: jetstream::new(client),
+            cfg,
+        }
+    }
+
+    /// Claims one batch of due outbox rows at `now` (`None`: the store's clock), publishes
+    /// them, and records each outcome, fenced.
+    ///
+    /// # Errors
+    ///
+    /// A store failure. Publish failures are not errors: they are recorded on the
+    /// occurrences as failed attempts.
+    pub async fn step(&self, now: Option<Timestamp>) -> Result<RelayReport, RelayError> {
+        let claimed = self
+            .store
+            .relay_claim(RelayClaim {
+                node: self.cfg.node.clone(),
+                max: self.cfg.batch,
+                lease: self.cfg.lease,
+                now,
+            })
+            .await?;
+        let mut report = RelayReport {
+            claimed: claimed.len() as u64,
+            ..RelayReport::default()
+        };
+        if claimed.is_empty() {
+            return Ok(report);
+        }
+        metrics::counter!("campanile_occurrences_claimed_total").increment(report.claimed);
+        for r in &claimed {
+            let lag = (r.claim.claimed_at.as_millisecond() - r.claim.available_at.as_millisecond())
+                .max(0) as f64
+                / 1000.0;
+            metrics::histogram!("campanile_claim_lag_seconds").record(lag);
+        }
+        // Send every message first, then collect the acknowledgements: one round trip's wait
+        // for the whole batch.
+        let mut pending = Vec::with_capacity(claimed.len());
+        for r in claimed {
+            let sent = self.send(&r).await;
+            pending.push((r, sent));
+        }
+        let mut by_tenant: BTreeMap<TenantId, Vec<FinishItem>> = BTreeMap::new();
+        for (r, sent) in pending {
+            let finish = match sent {
+                Ok(ack) => match ack.await {
+                    Ok(ack) => {
+                        report.published += 1;
+                        report.duplicates += u64::from(ack.duplicate);
+                        Finish::Succeeded {
+                            result: Some(
+                                serde_json::json!({
+                                    "stream": ack.stream,
+                                    "seq": ack.sequence,
+                                    "duplicate": ack.duplicate,
+                                })
+                                .to_string(),
+                            ),
+                        }
+                    }
+                    Err(e) => failure(&r, publish_class(e.kind()), &e.to_string()),
+                },
+                Err(f) => f,
+            };
+            if matches!(finish, Finish::Failed { .. }) {
+                report.failed += 1;
+                metrics::counter!("campanile_relay_publish_failures_total").increment(1);
+            }
+            by_tenant.entry(r.tenant).or_default().push(FinishItem {
+                lease: LeaseRef {
+                    occurrence_id: r.claim.id,
+                    epoch: r.claim.epoch,
+                },
+                finish,
+            });
+        }
+        for (tenant, items) in by_tenant {
+            let finishes: Vec<Finish> = items.iter().map(|i| i.finish.clone()).collect();
+            let acks = self
+                .store
+                .occurrence_finish_many(OccurrenceFinishMany {
+                    tenant,
+                    worker_id: self.cfg.node.clone(),
+                    items,
+                    now,
+                })
+                .await?;
+            report.stale += count_acks(&acks, &finishes);
+        }
+        Ok(report)
+    }
+
+    /// Sends one occurrence to its subject; the returned future resolves to the stream's
+    /// acknowledgement. A route the relay cannot serve, or a message the client refuses,
+    /// comes back as the failure to record.
+    async fn send(
+        &self,
+        r: &Relayed,
+    ) -> Result<async_nats::jetstream::context::PublishAckFuture, Finish> {
+        let subject = match Target::from_queue(&r.target) {
+            Ok(Target::Nats { subject }) => subject,
+            Ok(Target::Queue(_)) | Err(_) => {
+                return Err(failure(
+                    r,
+                    ErrorClass::Permanent,
+                    &format!("the relay has no route for target {:?}", r.target),
+                ));
+            }
+        };
+        let c = &r.claim;
+        let message = PublishMessage::build()
+            .payload(bytes::Bytes::from(c.payload.clone().unwrap_or_default()))
+            .message_id(c.id.to_string())
+            .header("Campanile-Schedule-Id", c.schedule_id.to_string().as_str())
+            .header("Campanile-Version", c.version.to_string().as_str())
+            .header(
+                "Campanile-Scheduled-For",
+                c.scheduled_for.to_string().as_str(),
+            )
+            .header("Campanile-Attempt", c.attempt.to_string().as_str());
+        self.js
+            .send_publish(subject, message)
+            .await
+            .map_err(|e| failure(r, publish_class(e.kind()), &e.to_string()))
+    }
+
+    /// Relays until `stop` turns true: without pause while full batches come back, every
+    /// [`RelayConfig::idle`] otherwise.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let pause = match self.step(None).await {
+                Ok(r) if r.claimed >= u64::from(self.cfg.batch) => Duration::ZERO,
+                Ok(r) => {
+                    if r.failed > 0 || r.stale > 0 {
+                        tracing::warn!(
+                            failed = r.failed,
+                            stale = r.stale,
+                            "relay: some occurrences were not delivered this round"
+                        );
+                    }
+                    self.cfg.idle
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "relay step failed; retrying");
+                    Duration::from_secs(1)
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}
+
+/// Starts a relay on the current runtime; stop it by sending `true` on the returned sender.
+pub fn spawn(relay: Relay) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (stop, rx) = watch::channel(false);
+    (stop, tokio::spawn(relay.run(rx)))
+}
+
+fn publish_class(kind: PublishErrorKind) -> ErrorClass {
+    match kind {
+        PublishErrorKind::MaxPayloadExceeded => ErrorClass::Permanent,
+        _ => ErrorClass::Transient,
+    }
+}
+
+fn failure(r: &Relayed, class: ErrorClass, message: &str) -> Finish {
+    tracing::debug!(occurrence = %r.claim.id, target = %r.target, %message, "relay publish failed");
+    Finish::Failed {
+        class,
+        message: format!("publish to {}: {message}", r.target),
+    }
+}
+
+/// Counts outcomes like the HTTP completion path; returns how many were refused (stale).
+fn count_acks(acks: &[Ack], finishes: &[Finish]) -> u64 {
+    let mut stale = 0;
+    for (a, f) in acks.iter().zip(finishes) {
+        match a.state {
+            Some(OccurrenceState::RetryWait) => {
+                metrics::counter!("campanile_occurrences_retried_total").increment(1);
+            }
+            Some(OccurrenceState::Dead) => {
+                metrics::counter!("campanile_occurrences_dead_total").increment(1);
+            }
+            _ => {}
+        }
+        match (&a.conflict, f) {
+            (Some(_), _) => {
+                stale += 1;
+                metrics::counter!("campanile_stale_completions_refused_total").increment(1);
+            }
+            (None, Finish::Succeeded { .. }) => {
+                metrics::counter!("campanile_occurrences_completed_total").increment(1);
+            }
+            (None, Finish::Failed { .. }) => {
+                metrics::counter!("campanile_occurrences_failed_total").increment(1);
+            }
+        }
+    }
+    stale
+}
