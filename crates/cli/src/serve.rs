@@ -26,7 +26,12 @@ pub(crate) struct ServeArgs {
     /// Largest accepted request body in bytes [default: 262144].
     #[arg(long, env = "CAMPANILE_MAX_BODY_BYTES")]
     max_body_bytes: Option<usize>,
-    /// A TOML file with any of: listen, database, shards, max_body_bytes.
+    /// NATS server for external targets (e.g. nats://127.0.0.1:4222): this node relays
+    /// occurrences of schedules with a NATS target to JetStream. Without it, such schedules
+    /// are refused.
+    #[arg(long, env = "CAMPANILE_NATS_URL")]
+    nats_url: Option<String>,
+    /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url.
     #[arg(long, env = "CAMPANILE_CONFIG")]
     config: Option<std::path::PathBuf>,
 }
@@ -39,6 +44,7 @@ struct FileConfig {
     database: Option<String>,
     shards: Option<u32>,
     max_body_bytes: Option<usize>,
+    nats_url: Option<String>,
 }
 
 /// The resolved settings.
@@ -48,6 +54,7 @@ struct Settings {
     database: String,
     shards: u32,
     max_body_bytes: usize,
+    nats_url: Option<String>,
 }
 
 fn settings(args: ServeArgs) -> Result<Settings, CliError> {
@@ -76,6 +83,7 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
             .max_body_bytes
             .or(file.max_body_bytes)
             .unwrap_or(256 * 1024),
+        nats_url: args.nats_url.or(file.nats_url),
     })
 }
 
@@ -140,15 +148,29 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         )));
     }
     first_run(store.as_ref(), &args.database).await?;
-    let mut planner = PlannerConfig::new(format!(
-        "node-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    ));
+    let node = format!("node-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let relay = match &args.nats_url {
+        None => None,
+        Some(url) => {
+            let client = campanile_relay::connect(url)
+                .await
+                .map_err(|e| CliError::usage(format!("{e} (check --nats-url)")))?;
+            let relay = campanile_relay::Relay::new(
+                Arc::clone(&store),
+                client,
+                campanile_relay::RelayConfig::new(node.clone()),
+            );
+            tracing::info!(nats = %url, "relaying external targets to NATS JetStream");
+            Some(campanile_relay::spawn(relay))
+        }
+    };
+    let mut planner = PlannerConfig::new(node);
     planner.shards = args.shards;
     let engine = Engine::start(Arc::clone(&store), planner, SweepConfig::default());
     let cfg = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         shards: args.shards,
+        relay: relay.is_some(),
     };
     let app = router(
         AppState::new(Arc::clone(&store), &cfg, Some(engine.planner().clone())),
@@ -169,6 +191,10 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         .map_err(|e| CliError::runtime(format!("server failed: {e}")))?;
     // In-flight requests are done; stop planning and sweeping and hand the shards over.
     engine.shutdown().await;
+    if let Some((stop, task)) = relay {
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
     tracing::info!("campanile stopped");
     Ok(())
 }

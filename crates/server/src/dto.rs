@@ -55,6 +55,17 @@ pub struct DstDto {
     pub fold: Option<String>,
 }
 
+/// An external target: where the relay publishes each occurrence instead of a queue.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TargetDto {
+    /// `nats` (a NATS JetStream subject; the only external target so far).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The subject to publish to (literal, no wildcards); a stream must take it.
+    pub subject: String,
+}
+
 /// A schedule definition, as created (`POST /v1/schedules`) or replaced (`PATCH`, with
 /// `version`).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -63,8 +74,11 @@ pub struct ScheduleInput {
     /// For `PATCH`: the version the caller read.
     #[serde(default)]
     pub version: Option<u32>,
-    /// Target queue (per tenant).
+    /// Target queue (per tenant); give either this or `target`.
     pub queue: Option<String>,
+    /// An external target instead of a queue: the relay publishes each occurrence to it,
+    /// with the occurrence id as the broker's de-duplication id.
+    pub target: Option<TargetDto>,
     /// Cron expression (5 or 6 fields, or a macro).
     pub cron: Option<String>,
     /// IANA zone for `cron` (default UTC).
@@ -103,10 +117,36 @@ fn secs(d: SignedDuration) -> i64 {
 impl ScheduleInput {
     /// The store's definition, with defaults filled in and every field checked.
     pub fn to_spec(&self, now: Timestamp) -> Result<ScheduleSpec, ApiError> {
-        let queue = self
-            .queue
-            .clone()
-            .ok_or_else(|| ApiError::invalid("queue is required"))?;
+        let queue = match (&self.queue, &self.target) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("give either queue or target, not both"));
+            }
+            (None, None) => {
+                return Err(ApiError::invalid(
+                    "queue (or an external target) is required",
+                ));
+            }
+            (Some(q), None) => {
+                if campanile_core::is_reserved_queue(q) {
+                    return Err(ApiError::invalid(format!(
+                        "queue names starting with '{}' are reserved; for NATS use \
+                         \"target\": {{\"type\": \"nats\", \"subject\": \"…\"}}",
+                        campanile_core::RESERVED_PREFIX
+                    )));
+                }
+                q.clone()
+            }
+            (None, Some(t)) if t.kind == "nats" => campanile_core::Target::Nats {
+                subject: t.subject.clone(),
+            }
+            .queue(),
+            (None, Some(t)) => {
+                return Err(ApiError::invalid(format!(
+                    "target.type {:?} is not supported; expected \"nats\"",
+                    t.kind
+                )));
+            }
+        };
         let kinds = [self.cron.is_some(), self.at.is_some(), self.every.is_some()]
             .iter()
             .filter(|x| **x)
@@ -247,8 +287,11 @@ pub struct ScheduleOut {
     pub version: u32,
     /// `ACTIVE`, `PAUSED` or `CANCELED`.
     pub state: String,
-    /// Target queue.
+    /// The route: the target queue, or `$nats:<subject>` for a NATS target.
     pub queue: String,
+    /// The external target, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetDto>,
     /// Cron expression, for cron schedules.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
@@ -340,6 +383,13 @@ impl ScheduleOut {
             version: r.version,
             state: r.state.as_str().to_string(),
             queue: s.queue.clone(),
+            target: match campanile_core::Target::from_queue(&s.queue) {
+                Ok(campanile_core::Target::Nats { subject }) => Some(TargetDto {
+                    kind: "nats".into(),
+                    subject,
+                }),
+                _ => None,
+            },
             cron,
             timezone,
             dst,

@@ -36,6 +36,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Planner shards (must match every node's planner).
     pub shards: u32,
+    /// Whether the deployment relays external targets (a node runs with `--nats-url`);
+    /// without it, schedules with a NATS target are refused rather than left undelivered.
+    pub relay: bool,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +46,7 @@ impl Default for ServerConfig {
         ServerConfig {
             max_body_bytes: 256 * 1024,
             shards: 16,
+            relay: false,
         }
     }
 }
@@ -53,6 +57,7 @@ pub struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) schedules: Schedules,
     pub(crate) planner: Option<Arc<Planner>>,
+    pub(crate) relay: bool,
     metrics: PrometheusHandle,
 }
 
@@ -67,6 +72,7 @@ impl AppState {
             schedules: Schedules::new(store.clone(), cfg.shards),
             store,
             planner,
+            relay: cfg.relay,
             metrics: metrics_handle(),
         }
     }
@@ -265,6 +271,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "Occurrences skipped at claim time because their schedule was still running (SKIP_IF_RUNNING).",
     ),
     (
+        "campanile_relay_publish_failures_total",
+        "Publishes to an external target (NATS JetStream) that failed; recorded as failed attempts.",
+    ),
+    (
         "campanile_planner_shards_held",
         "Planner shards held by this node.",
     ),
@@ -278,7 +288,7 @@ pub const METRICS: &[(&str, &str)] = &[
     ),
     (
         "campanile_outbox_backlog",
-        "Outbox rows not yet delivered (sampled every 10 s).",
+        "Outbox rows due for the relay and not yet delivered or settled (sampled every 10 s).",
     ),
     (
         "campanile_schedule_lag_seconds",

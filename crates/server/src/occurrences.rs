@@ -221,6 +221,12 @@ pub(crate) async fn claim(
 ) -> Result<Json<ClaimOut>, ApiError> {
     let b = body.value;
     check_worker(&b.worker_id)?;
+    if campanile_core::is_reserved_queue(&queue) {
+        return Err(ApiError::invalid(format!(
+            "queue {queue:?} is reserved: the relay delivers its occurrences, workers cannot \
+             claim them"
+        )));
+    }
     let max = b.max.unwrap_or(1);
     if !(1..=1000).contains(&max) {
         return Err(ApiError::invalid("max must be between 1 and 1000"));

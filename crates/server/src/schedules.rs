@@ -67,6 +67,7 @@ pub(crate) async fn create(
     }
     let now = state.store.store_now().await?;
     let spec = body.value.to_spec(now)?;
+    check_route(&state, &spec)?;
     let Some(key) = idem else {
         let out = create_now(&state, caller, spec, now).await?;
         return Ok((StatusCode::CREATED, Json(out)).into_response());
@@ -251,6 +252,7 @@ pub(crate) async fn update(
         .ok_or_else(|| ApiError::invalid("version is required: send the version you read"))?;
     let now = state.store.store_now().await?;
     let spec = body.value.to_spec(now)?;
+    check_route(&state, &spec)?;
     let (view, change) = state
         .schedules
         .update(caller.tenant, id, version, spec, Some(now))
@@ -377,4 +379,15 @@ pub(crate) async fn preview(
     Ok(Json(PreviewOut {
         next_fires: next_fires(&cal, after, count),
     }))
+}
+
+/// Refuses an external target no node of this deployment delivers.
+fn check_route(state: &AppState, spec: &campanile_store::ScheduleSpec) -> Result<(), ApiError> {
+    if campanile_core::is_reserved_queue(&spec.queue) && !state.relay {
+        return Err(ApiError::invalid(
+            "this server relays to no NATS server, so a NATS target would never be delivered; \
+             start campanile serve with --nats-url",
+        ));
+    }
+    Ok(())
 }

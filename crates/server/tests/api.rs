@@ -1167,3 +1167,108 @@ async fn trigger_rate_quota_answers_429() {
         .await;
     assert_eq!(s, StatusCode::CREATED);
 }
+
+#[tokio::test]
+async fn nats_targets_are_validated_routed_and_never_claimable_by_workers() {
+    // Without a relaying node, a NATS target would never be delivered: refused.
+    let plain = app().await;
+    let nats =
+        json!({"target": {"type": "nats", "subject": "billing.nightly"}, "cron": "0 9 * * *"});
+    let (s, v) = plain
+        .call("POST", "/v1/schedules", Some(&plain.a), Some(nats.clone()))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("--nats-url"), "{v}");
+
+    let app = app_with(ServerConfig {
+        relay: true,
+        ..ServerConfig::default()
+    })
+    .await;
+    let (s, v) = app
+        .call("POST", "/v1/schedules", Some(&app.a), Some(nats))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(
+        v["target"],
+        json!({"type": "nats", "subject": "billing.nightly"})
+    );
+    assert_eq!(v["queue"], "$nats:billing.nightly");
+    let id = v["id"].as_str().unwrap().to_string();
+    let (s, got) = app
+        .call("GET", &format!("/v1/schedules/{id}"), Some(&app.a), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(got["target"]["subject"], "billing.nightly");
+
+    // Each mistake is a 422 that names it.
+    for (body, needle) in [
+        (
+            json!({"queue": "q", "target": {"type": "nats", "subject": "a"}, "cron": "* * * * *"}),
+            "either queue or target",
+        ),
+        (json!({"queue": "$nats:a", "cron": "* * * * *"}), "reserved"),
+        (
+            json!({"target": {"type": "kafka", "subject": "a"}, "cron": "* * * * *"}),
+            "kafka",
+        ),
+        (
+            json!({"target": {"type": "nats", "subject": "a.*"}, "cron": "* * * * *"}),
+            "wildcard",
+        ),
+        (
+            json!({"target": {"type": "nats", "subject": "a..b"}, "cron": "* * * * *"}),
+            "empty token",
+        ),
+        (
+            json!({"target": {"type": "nats", "subject": "a"}, "cron": "* * * * *", "overlap": "SKIP_IF_RUNNING"}),
+            "overlap",
+        ),
+    ] {
+        let (s, v) = app
+            .call("POST", "/v1/schedules", Some(&app.a), Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");
+        assert!(
+            v["message"].as_str().unwrap().contains(needle),
+            "{body}: {v}"
+        );
+    }
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"target": {"type": "nats"}, "cron": "* * * * *"})),
+        )
+        .await;
+    assert!(s.is_client_error(), "{v}");
+
+    // A due one-off with a NATS target is planned into the relay's route; workers cannot
+    // claim that route, and claiming their own queues never hands it out.
+    let due = json!({"target": {"type": "nats", "subject": "orders.due"}, "at": now_plus(-1),
+                     "misfire": {"policy": "fire_once", "max_lateness_seconds": 600}});
+    let (s, v) = app
+        .call("POST", "/v1/schedules", Some(&app.a), Some(due))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    app.plan().await;
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/queues/$nats:orders.due/claim",
+            Some(&app.a),
+            Some(json!({"worker_id": "w", "max": 10})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("reserved"), "{v}");
+    let (s, v) = app
+        .call("GET", "/v1/occurrences?state=READY", Some(&app.a), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let items = v["occurrences"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{v}");
+    assert_eq!(items[0]["state"], "READY");
+    assert_eq!(app.store.backlog(None).await.unwrap().outbox_pending, 1);
+}
