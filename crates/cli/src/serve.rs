@@ -123,17 +123,20 @@ async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {
     let key = issue_key(store, Some(tenant.id), false)
         .await
         .map_err(err)?;
-    println!("First start: created tenant \"default\". Its API key, shown only this once:");
-    println!();
-    println!("    {key}");
-    println!();
-    println!(
-        "Use it as: Authorization: Bearer <key>. More tenants: campanile tenant create NAME --database {database}"
+    // Written without `println!`: a closed stdout (`campanile serve | head`, a supervisor
+    // that stopped reading) must not take the server down with a panic on EPIPE.
+    use std::io::Write;
+    let _ = write!(
+        std::io::stdout().lock(),
+        "First start: created tenant \"default\". Its API key, shown only this once:\n\n    \
+         {key}\n\nUse it as: Authorization: Bearer <key>. More tenants: campanile tenant create \
+         NAME --database {database}\n"
     );
     Ok(())
 }
 
 async fn serve(args: Settings) -> Result<(), CliError> {
+    use std::io::Write;
     let store = db::open(&args.database, None).await?;
     let recorded = store
         .deployment_shards(args.shards)
@@ -180,7 +183,8 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         .await
         .map_err(|e| CliError::runtime(format!("cannot listen on {}: {e}", args.listen)))?;
     tracing::info!(listen = %args.listen, database = %db::redact(&args.database), "campanile is serving");
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "campanile listening on http://{} (database {})",
         args.listen,
         db::redact(&args.database)

@@ -33,6 +33,10 @@ fn free_port() -> u16 {
 }
 
 fn start_server() -> Server {
+    start_server_with(&[])
+}
+
+fn start_server_with(extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
@@ -43,6 +47,7 @@ fn start_server() -> Server {
             "--database",
         ])
         .arg(dir.path().join("e2e.db"))
+        .args(extra)
         .env("CAMPANILE_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -243,4 +248,149 @@ fn serve_runs_schedules_through_the_sdk_and_survives_a_killed_worker() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A NATS-targeted cron schedule through a real `serve --nats-url`: every second's occurrence
+/// lands in the stream once, keyed by its occurrence id, and is SUCCEEDED with the ack.
+#[test]
+fn serve_relays_nats_targets_to_jetstream() {
+    let Ok(nats) = std::env::var("CAMPANILE_TEST_NATS_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_NATS_URL is not set (relay end to end)");
+        return;
+    };
+    let server = start_server_with(&["--nats-url", &nats]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let nc = async_nats::connect(nats.as_str()).await.unwrap();
+        let js = async_nats::jetstream::new(nc);
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let stream_name = format!("CAMPANILE_E2E_{id}");
+        let subject = format!("campanile.e2e.{id}.ticks");
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: stream_name.clone(),
+            subjects: vec![subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let client = Client::new(&server.url, &server.key).unwrap();
+        let created = client
+            .create_schedule(
+                &json!({"target": {"type": "nats", "subject": subject}, "cron": "* * * * * *",
+                        "payload": {"report": "tick"}}),
+                None,
+            )
+            .await
+            .unwrap();
+        let schedule_id = created["id"].as_str().unwrap().to_string();
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        client
+            .schedule_action(schedule_id.parse().unwrap(), "pause")
+            .await
+            .unwrap();
+        // Let the last due one be relayed (the relay polls every 200 ms).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut stream = js.get_stream(&stream_name).await.unwrap();
+        let n = stream.info().await.unwrap().state.messages;
+        assert!(
+            n >= 2,
+            "only {n} messages relayed in 3.5 s of a per-second schedule"
+        );
+        let done = client
+            .list_occurrences(&format!("schedule_id={schedule_id}&state=SUCCEEDED"))
+            .await
+            .unwrap();
+        let mut succeeded: Vec<String> = done["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_str().unwrap().to_string())
+            .collect();
+        let mut ids = Vec::new();
+        for seq in 1..=n {
+            let m = stream.get_raw_message(seq).await.unwrap();
+            assert_eq!(&m.payload[..], br#"{"report":"tick"}"#);
+            ids.push(m.headers.get("Nats-Msg-Id").unwrap().as_str().to_string());
+        }
+        ids.sort();
+        succeeded.sort();
+        assert_eq!(
+            ids, succeeded,
+            "one message per SUCCEEDED occurrence, keyed by its id"
+        );
+        let one = client
+            .get_occurrence(ids[0].parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(one["result"]["stream"], stream_name.as_str());
+        let _ = js.delete_stream(&stream_name).await;
+    });
+}
+
+#[test]
+fn serve_refuses_to_start_with_an_unreachable_nats() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--nats-url",
+        ])
+        .arg(format!("nats://127.0.0.1:{}", free_port()))
+        .arg("--database")
+        .arg(dir.path().join("e2e.db"))
+        .env("CAMPANILE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot connect to NATS"), "{stderr}");
+}
+
+/// A supervisor that stops reading the server's output (here: stdout closed before the first
+/// start prints the key) must not bring the server down.
+#[test]
+fn serve_survives_a_closed_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database",
+        ])
+        .arg(dir.path().join("e2e.db"))
+        .env("CAMPANILE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let start = Instant::now();
+    let answered = loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            break out;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("serve exited with {status} when its stdout was closed");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        answered.starts_with("HTTP/1.0 200") || answered.starts_with("HTTP/1.1 200"),
+        "{answered}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }
