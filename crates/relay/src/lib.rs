@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
-use campanile_core::{ErrorClass, OccurrenceState, Target};
+use campanile_core::{ErrorClass, Target};
 use campanile_store::{
     Ack, Finish, FinishItem, LeaseRef, OccurrenceFinishMany, RelayClaim, Relayed, Store,
     StoreError, TenantId,
@@ -202,7 +202,7 @@ impl Relay {
                     now,
                 })
                 .await?;
-            report.stale += count_acks(&acks, &finishes);
+            report.stale += Ack::count_outcomes(&acks, &finishes);
         }
         Ok(report)
     }
@@ -292,33 +292,4 @@ fn failure(r: &Relayed, class: ErrorClass, message: &str) -> Finish {
         class,
         message: format!("publish to {}: {message}", r.target),
     }
-}
-
-/// Counts outcomes like the HTTP completion path; returns how many were refused (stale).
-fn count_acks(acks: &[Ack], finishes: &[Finish]) -> u64 {
-    let mut stale = 0;
-    for (a, f) in acks.iter().zip(finishes) {
-        match a.state {
-            Some(OccurrenceState::RetryWait) => {
-                metrics::counter!("campanile_occurrences_retried_total").increment(1);
-            }
-            Some(OccurrenceState::Dead) => {
-                metrics::counter!("campanile_occurrences_dead_total").increment(1);
-            }
-            _ => {}
-        }
-        match (&a.conflict, f) {
-            (Some(_), _) => {
-                stale += 1;
-                metrics::counter!("campanile_stale_completions_refused_total").increment(1);
-            }
-            (None, Finish::Succeeded { .. }) => {
-                metrics::counter!("campanile_occurrences_completed_total").increment(1);
-            }
-            (None, Finish::Failed { .. }) => {
-                metrics::counter!("campanile_occurrences_failed_total").increment(1);
-            }
-        }
-    }
-    stale
 }

@@ -445,31 +445,6 @@ fn ack_out(a: &Ack) -> AckOut {
     }
 }
 
-fn count_acks(acks: &[Ack], finishes: &[Finish]) {
-    for (a, f) in acks.iter().zip(finishes) {
-        match a.state {
-            Some(campanile_core::OccurrenceState::RetryWait) => {
-                metrics::counter!("campanile_occurrences_retried_total").increment(1)
-            }
-            Some(campanile_core::OccurrenceState::Dead) => {
-                metrics::counter!("campanile_occurrences_dead_total").increment(1)
-            }
-            _ => {}
-        }
-        match (&a.conflict, f) {
-            (Some(_), _) => {
-                metrics::counter!("campanile_stale_completions_refused_total").increment(1)
-            }
-            (None, Finish::Succeeded { .. }) => {
-                metrics::counter!("campanile_occurrences_completed_total").increment(1)
-            }
-            (None, Finish::Failed { .. }) => {
-                metrics::counter!("campanile_occurrences_failed_total").increment(1)
-            }
-        }
-    }
-}
-
 async fn finish_one(
     state: &AppState,
     tenant: TenantId,
@@ -495,7 +470,7 @@ async fn finish_one(
             now: None,
         })
         .await?;
-    count_acks(&acks, std::slice::from_ref(&finish));
+    Ack::count_outcomes(&acks, std::slice::from_ref(&finish));
     let ack = acks
         .into_iter()
         .next()
@@ -654,7 +629,7 @@ pub(crate) async fn completions(
             now: None,
         })
         .await?;
-    count_acks(&acks, &finishes);
+    Ack::count_outcomes(&acks, &finishes);
     Ok(Json(CompletionsOut {
         results: acks.iter().map(ack_out).collect(),
     }))

@@ -132,6 +132,37 @@ impl Ack {
     pub fn accepted(&self) -> bool {
         self.rows == 1 && self.conflict.is_none()
     }
+
+    /// Counts the outcomes of a batch of finishes in the occurrence counters (completed,
+    /// failed, retried, dead, stale refusals), the same for every path that finishes work
+    /// (the HTTP API, the relay). Returns how many were refused by the fence.
+    pub fn count_outcomes(acks: &[Ack], finishes: &[crate::Finish]) -> u64 {
+        let mut stale = 0;
+        for (a, f) in acks.iter().zip(finishes) {
+            match a.state {
+                Some(OccurrenceState::RetryWait) => {
+                    metrics::counter!("campanile_occurrences_retried_total").increment(1);
+                }
+                Some(OccurrenceState::Dead) => {
+                    metrics::counter!("campanile_occurrences_dead_total").increment(1);
+                }
+                _ => {}
+            }
+            match (&a.conflict, f) {
+                (Some(_), _) => {
+                    stale += 1;
+                    metrics::counter!("campanile_stale_completions_refused_total").increment(1);
+                }
+                (None, crate::Finish::Succeeded { .. }) => {
+                    metrics::counter!("campanile_occurrences_completed_total").increment(1);
+                }
+                (None, crate::Finish::Failed { .. }) => {
+                    metrics::counter!("campanile_occurrences_failed_total").increment(1);
+                }
+            }
+        }
+        stale
+    }
 }
 
 /// How much work is waiting, for the backlog gauges.
