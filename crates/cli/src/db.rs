@@ -70,6 +70,22 @@ pub(crate) fn sqlite_size(path: &std::path::Path) -> Option<u64> {
     Some(main + wal)
 }
 
+/// Bytes of a benchmark's PostgreSQL schema (tables, indexes, TOAST).
+pub(crate) async fn pg_schema_size(url: &str, schema: &str) -> Result<u64, CliError> {
+    let pg = PgStore::connect_with(
+        url,
+        PgOptions {
+            schema: Some(schema.to_string()),
+            pool_size: 1,
+        },
+    )
+    .await
+    .map_err(|e| CliError::runtime(e.to_string()))?;
+    pg.schema_bytes()
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))
+}
+
 /// Drops a benchmark's temporary PostgreSQL schema.
 pub(crate) async fn drop_pg_schema(url: &str, schema: &str) -> Result<(), CliError> {
     let pg = PgStore::connect_with(

@@ -163,6 +163,26 @@ impl PgStore {
             .map_err(pg_err)
     }
 
+    /// Bytes on disk of the tables of this store's schema (the connection's current
+    /// schema), with their indexes and TOAST: what storing this many records costs.
+    ///
+    /// # Errors
+    ///
+    /// A database failure.
+    pub async fn schema_bytes(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::int8
+                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'm')",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         self.pool.get().await.map_err(pool_err)
     }

@@ -166,7 +166,10 @@ pub(crate) async fn seed_and_pass(
     let seed_seconds = seed_start.elapsed().as_secs_f64();
     let bytes = match common.backend {
         Backend::Sqlite => bench_db.sqlite_path.as_deref().and_then(db::sqlite_size),
-        Backend::Postgres => None,
+        Backend::Postgres => match &bench_db.schema {
+            Some(schema) => Some(db::pg_schema_size(&bench_db.database, schema).await?),
+            None => None,
+        },
     };
 
     let mut cfg = PlannerConfig::new("bench");
