@@ -80,6 +80,9 @@ pub struct RelayReport {
     pub duplicates: u64,
     /// Publishes that failed (recorded as failed attempts).
     pub failed: u64,
+    /// Nothing was claimed because the connection to NATS is down: an outage of the broker
+    /// must not burn the occurrences' attempts, so they wait in the outbox instead.
+    pub paused: bool,
     /// Completions refused because the lease had passed (another relay took over).
     pub stale: u64,
 }
@@ -104,6 +107,7 @@ pub async fn connect(url: &str) -> Result<async_nats::Client, RelayError> {
 #[derive(Debug, Clone)]
 pub struct Relay {
     store: Arc<dyn Store>,
+    client: async_nats::Client,
     js: jetstream::Context,
     cfg: RelayConfig,
 }
@@ -114,7 +118,8 @@ impl Relay {
     pub fn new(store: Arc<dyn Store>, client: async_nats::Client, cfg: RelayConfig) -> Relay {
         Relay {
             store,
-            js: jetstream::new(client),
+            js: jetstream::new(client.clone()),
+            client,
             cfg,
         }
     }
@@ -127,6 +132,12 @@ impl Relay {
     /// A store failure. Publish failures are not errors: they are recorded on the
     /// occurrences as failed attempts.
     pub async fn step(&self, now: Option<Timestamp>) -> Result<RelayReport, RelayError> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Ok(RelayReport {
+                paused: true,
+                ..RelayReport::default()
+            });
+        }
         let claimed = self
             .store
             .relay_claim(RelayClaim {
@@ -244,12 +255,24 @@ impl Relay {
     /// Relays until `stop` turns true: without pause while full batches come back, every
     /// [`RelayConfig::idle`] otherwise.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut was_paused = false;
         loop {
             if *stop.borrow() {
                 return;
             }
-            let pause = match self.step(None).await {
+            let step = self.step(None).await;
+            let paused = matches!(step, Ok(RelayReport { paused: true, .. }));
+            if paused != was_paused {
+                if paused {
+                    tracing::warn!("relay paused: not connected to NATS; due deliveries wait");
+                } else {
+                    tracing::info!("relay resumed: connected to NATS");
+                }
+                was_paused = paused;
+            }
+            let pause = match step {
                 Ok(r) if r.claimed >= u64::from(self.cfg.batch) => Duration::ZERO,
+                Ok(r) if r.paused => Duration::from_millis(500),
                 Ok(r) => {
                     if r.failed > 0 || r.stale > 0 {
                         tracing::warn!(

@@ -381,6 +381,102 @@ async fn a_subject_without_a_stream_backs_off_then_dead_letters(backend: &str) {
     env.cleanup().await;
 }
 
+/// A TCP proxy in front of the NATS server, so a test can cut the relay's connection (a broker
+/// outage) without touching the shared server. Dropping the returned sender cuts it.
+async fn proxy(listen: std::net::SocketAddr, upstream: String) -> tokio::sync::watch::Sender<bool> {
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+    tokio::spawn(async move {
+        let mut rx_accept = rx.clone();
+        loop {
+            tokio::select! {
+                got = listener.accept() => {
+                    let Ok((mut inbound, _)) = got else { return };
+                    let upstream = upstream.clone();
+                    let mut rx_conn = rx.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = rx_conn.changed() => {}
+                        }
+                    });
+                }
+                _ = rx_accept.changed() => return,
+            }
+        }
+    });
+    stop
+}
+
+async fn a_nats_outage_pauses_the_relay_without_burning_attempts(backend: &str) {
+    let Some(env) = Env::new(backend).await else {
+        return;
+    };
+    let s = env.store.as_ref();
+    let nats = std::env::var("CAMPANILE_TEST_NATS_URL").unwrap();
+    let upstream = nats.trim_start_matches("nats://").to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let cut = proxy(addr, upstream.clone()).await;
+    let client = campanile_relay::connect(&format!("nats://{addr}"))
+        .await
+        .unwrap();
+    let mut cfg = RelayConfig::new("relay-1");
+    cfg.lease = SignedDuration::from_secs(5);
+    let relay = Relay::new(env.store.clone(), client.clone(), cfg);
+    let subject = format!("{}.outage", env.prefix);
+    let (tenant, ids) = seed(s, "acme", &format!("$nats:{subject}"), 2, &[10, 11]).await;
+
+    // The broker goes away: the relay claims nothing, however often it tries.
+    drop(cut);
+    let start = std::time::Instant::now();
+    while client.connection_state() == async_nats::connection::State::Connected {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the client never noticed the cut"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for t in [20, 30, 40] {
+        let r = relay.step(Some(at(t))).await.unwrap();
+        assert!(r.paused, "{r:?}");
+        assert_eq!(r.claimed, 0);
+    }
+    for id in &ids {
+        let d = detail(s, tenant, *id, at(40)).await;
+        assert_eq!(
+            (d.occurrence.state, d.attempts.len()),
+            (OccurrenceState::Ready, 0)
+        );
+    }
+    // It comes back: the client reconnects and both are delivered on their first attempt.
+    let _back = proxy(addr, upstream).await;
+    let start = std::time::Instant::now();
+    while client.connection_state() != async_nats::connection::State::Connected {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the client never reconnected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = relay.step(Some(at(50))).await.unwrap();
+    assert_eq!((r.paused, r.claimed, r.published), (false, 2, 2));
+    for id in &ids {
+        let d = detail(s, tenant, *id, at(51)).await;
+        assert_eq!(
+            (d.occurrence.state, d.attempts.len()),
+            (OccurrenceState::Succeeded, 1)
+        );
+    }
+    assert_eq!(env.messages().await.len(), 2);
+    env.cleanup().await;
+}
+
 macro_rules! both {
     ($name:ident) => {
         mod $name {
@@ -399,3 +495,4 @@ macro_rules! both {
 both!(delivers_due_occurrences_with_their_id_as_msg_id);
 both!(a_relay_that_died_after_publishing_is_deduplicated);
 both!(a_subject_without_a_stream_backs_off_then_dead_letters);
+both!(a_nats_outage_pauses_the_relay_without_burning_attempts);
