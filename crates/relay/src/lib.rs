@@ -54,6 +54,8 @@ pub struct RelayConfig {
     pub lease: SignedDuration,
     /// Pause between polls when nothing was due.
     pub idle: Duration,
+    /// How long a batch waits for the stream's acknowledgements (capped at half the lease).
+    pub ack_timeout: Duration,
 }
 
 impl RelayConfig {
@@ -65,6 +67,7 @@ impl RelayConfig {
             batch: 500,
             lease: SignedDuration::from_secs(30),
             idle: Duration::from_millis(200),
+            ack_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -85,6 +88,9 @@ pub struct RelayReport {
     pub paused: bool,
     /// Completions refused because the lease had passed (another relay took over).
     pub stale: u64,
+    /// Outcomes the store failed to record (published, or not, and relayed again after the
+    /// lease).
+    pub unrecorded: u64,
 }
 
 /// Connects to NATS, for [`Relay::new`].
@@ -161,20 +167,33 @@ impl Relay {
                 / 1000.0;
             metrics::histogram!("campanile_claim_lag_seconds").record(lag);
         }
-        // Send every message first, then collect the acknowledgements: one round trip's wait
-        // for the whole batch.
-        let mut pending = Vec::with_capacity(claimed.len());
-        for r in claimed {
-            let sent = self.send(&r).await;
-            pending.push((r, sent));
+        // Send every message first, then wait for all the acknowledgements at once, under one
+        // deadline well inside the lease: a broker that stops answering mid-batch costs this
+        // batch a failed attempt each, never a wait past the lease (which would let another
+        // relay publish again and the sweep spend an attempt on a delivered message).
+        let budget = self
+            .cfg
+            .ack_timeout
+            .min(self.cfg.lease.unsigned_abs() / 2)
+            .max(Duration::from_millis(100));
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut sent = Vec::with_capacity(claimed.len());
+        for r in &claimed {
+            sent.push(
+                match tokio::time::timeout_at(deadline, self.send(r)).await {
+                    Ok(s) => s,
+                    Err(_) => Err(failure(r, ErrorClass::Transient, "timed out sending")),
+                },
+            );
         }
-        let mut by_tenant: BTreeMap<TenantId, Vec<FinishItem>> = BTreeMap::new();
-        for (r, sent) in pending {
-            let finish = match sent {
-                Ok(ack) => match ack.await {
-                    Ok(ack) => {
-                        report.published += 1;
-                        report.duplicates += u64::from(ack.duplicate);
+        let acks = futures_util::future::join_all(sent.into_iter().zip(&claimed).map(
+            |(sent, r)| async move {
+                let ack = match sent {
+                    Ok(ack) => ack,
+                    Err(f) => return (f, false),
+                };
+                match tokio::time::timeout_at(deadline, ack.into_future()).await {
+                    Ok(Ok(ack)) => (
                         Finish::Succeeded {
                             result: Some(
                                 serde_json::json!({
@@ -184,15 +203,33 @@ impl Relay {
                                 })
                                 .to_string(),
                             ),
-                        }
-                    }
-                    Err(e) => failure(&r, publish_class(e.kind()), &e.to_string()),
-                },
-                Err(f) => f,
-            };
-            if matches!(finish, Finish::Failed { .. }) {
-                report.failed += 1;
-                metrics::counter!("campanile_relay_publish_failures_total").increment(1);
+                        },
+                        ack.duplicate,
+                    ),
+                    Ok(Err(e)) => (failure(r, publish_class(e.kind()), &e.to_string()), false),
+                    Err(_) => (
+                        failure(
+                            r,
+                            ErrorClass::Transient,
+                            &format!("no acknowledgement within {budget:?}"),
+                        ),
+                        false,
+                    ),
+                }
+            },
+        ))
+        .await;
+        let mut by_tenant: BTreeMap<TenantId, Vec<FinishItem>> = BTreeMap::new();
+        for (r, (finish, duplicate)) in claimed.iter().zip(acks) {
+            match &finish {
+                Finish::Succeeded { .. } => {
+                    report.published += 1;
+                    report.duplicates += u64::from(duplicate);
+                }
+                Finish::Failed { .. } => {
+                    report.failed += 1;
+                    metrics::counter!("campanile_relay_publish_failures_total").increment(1);
+                }
             }
             by_tenant.entry(r.tenant).or_default().push(FinishItem {
                 lease: LeaseRef {
@@ -202,9 +239,13 @@ impl Relay {
                 finish,
             });
         }
+        // One tenant's store error must not drop the others' outcomes: each group is recorded
+        // on its own; an unrecorded group's occurrences are relayed again after their lease
+        // (and the stream drops the copies).
+        let mut first_error = None;
         for (tenant, items) in by_tenant {
             let finishes: Vec<Finish> = items.iter().map(|i| i.finish.clone()).collect();
-            let acks = self
+            match self
                 .store
                 .occurrence_finish_many(OccurrenceFinishMany {
                     tenant,
@@ -212,8 +253,20 @@ impl Relay {
                     items,
                     now,
                 })
-                .await?;
-            report.stale += Ack::count_outcomes(&acks, &finishes);
+                .await
+            {
+                Ok(acks) => report.stale += Ack::count_outcomes(&acks, &finishes),
+                Err(e) => {
+                    tracing::warn!(tenant = tenant.0, error = %e, "relay: outcomes not recorded");
+                    report.unrecorded += finishes.len() as u64;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            if report.unrecorded == report.claimed {
+                return Err(e.into());
+            }
         }
         Ok(report)
     }
@@ -274,10 +327,11 @@ impl Relay {
                 Ok(r) if r.claimed >= u64::from(self.cfg.batch) => Duration::ZERO,
                 Ok(r) if r.paused => Duration::from_millis(500),
                 Ok(r) => {
-                    if r.failed > 0 || r.stale > 0 {
+                    if r.failed > 0 || r.stale > 0 || r.unrecorded > 0 {
                         tracing::warn!(
                             failed = r.failed,
                             stale = r.stale,
+                            unrecorded = r.unrecorded,
                             "relay: some occurrences were not delivered this round"
                         );
                     }

@@ -382,9 +382,10 @@ async fn a_subject_without_a_stream_backs_off_then_dead_letters(backend: &str) {
 }
 
 /// A TCP proxy in front of the NATS server, so a test can cut the relay's connection (a broker
-/// outage) without touching the shared server. Dropping the returned sender cuts it.
-async fn proxy(listen: std::net::SocketAddr, upstream: String) -> tokio::sync::watch::Sender<bool> {
-    let (stop, rx) = tokio::sync::watch::channel(false);
+/// outage) or freeze it (a broker that stops answering but keeps the socket open) without
+/// touching the shared server. Send `FREEZE` to freeze; drop the sender to cut.
+async fn proxy(listen: std::net::SocketAddr, upstream: String) -> tokio::sync::watch::Sender<u8> {
+    let (ctl, rx) = tokio::sync::watch::channel(0u8);
     let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
     tokio::spawn(async move {
         let mut rx_accept = rx.clone();
@@ -398,15 +399,70 @@ async fn proxy(listen: std::net::SocketAddr, upstream: String) -> tokio::sync::w
                         let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
                         tokio::select! {
                             _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                            _ = rx_conn.changed() => {}
+                            changed = rx_conn.changed() => {
+                                if changed.is_ok() && *rx_conn.borrow() == FREEZE {
+                                    // Hold both sockets open and forward nothing, for ever.
+                                    let _held = (inbound, outbound);
+                                    std::future::pending::<()>().await;
+                                }
+                            }
                         }
                     });
                 }
-                _ = rx_accept.changed() => return,
+                changed = rx_accept.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
             }
         }
     });
-    stop
+    ctl
+}
+
+const FREEZE: u8 = 1;
+
+fn local_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+async fn a_broker_that_stops_answering_costs_one_attempt_within_the_lease(backend: &str) {
+    let Some(env) = Env::new(backend).await else {
+        return;
+    };
+    let s = env.store.as_ref();
+    let nats = std::env::var("CAMPANILE_TEST_NATS_URL").unwrap();
+    let addr = local_addr();
+    let ctl = proxy(addr, nats.trim_start_matches("nats://").to_string()).await;
+    let client = campanile_relay::connect(&format!("nats://{addr}"))
+        .await
+        .unwrap();
+    let mut cfg = RelayConfig::new("relay-1");
+    cfg.lease = SignedDuration::from_secs(5);
+    let relay = Relay::new(env.store.clone(), client, cfg);
+    let route = format!("$nats:{}.frozen", env.prefix);
+    let (tenant, ids) = seed(s, "acme", &route, 3, &[10, 11, 12]).await;
+    ctl.send(FREEZE).unwrap();
+    // The messages go out and no acknowledgement ever comes back: the batch gives up inside
+    // the lease and records a transient failure for each, instead of waiting per message.
+    let started = std::time::Instant::now();
+    let r = relay.step(Some(at(20))).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited {:?}, past the 5 s lease",
+        started.elapsed()
+    );
+    assert_eq!((r.claimed, r.published, r.failed, r.stale), (3, 0, 3, 0));
+    for id in &ids {
+        let d = detail(s, tenant, *id, at(20)).await;
+        assert_eq!(d.occurrence.state, OccurrenceState::RetryWait);
+        let msg = d.attempts[0].error_message.clone().unwrap_or_default();
+        assert!(msg.contains("no acknowledgement"), "{msg}");
+    }
+    env.cleanup().await;
 }
 
 async fn a_nats_outage_pauses_the_relay_without_burning_attempts(backend: &str) {
@@ -496,3 +552,4 @@ both!(delivers_due_occurrences_with_their_id_as_msg_id);
 both!(a_relay_that_died_after_publishing_is_deduplicated);
 both!(a_subject_without_a_stream_backs_off_then_dead_letters);
 both!(a_nats_outage_pauses_the_relay_without_burning_attempts);
+both!(a_broker_that_stops_answering_costs_one_attempt_within_the_lease);

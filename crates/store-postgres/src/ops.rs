@@ -752,23 +752,25 @@ pub(crate) async fn occurrence_cancel(c: &mut Client, p: OccurrenceCancel) -> R<
 pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ack> {
     let now = resolve_now(c, p.now).await?;
     let id = p.occurrence_id;
-    let n = execute(
+    // One statement, so atomic: an externally targeted occurrence goes back to the relay with
+    // its outbox row reopened, never READY on a route nobody reads.
+    let n: i64 = query(
         c,
-        "UPDATE occurrences SET state = 'READY', attempts = 0, available_at = $3, finished_at = NULL,
-                cancel_requested = false
-          WHERE id = $1 AND tenant_id = $2 AND state = 'DEAD'",
+        "WITH upd AS (
+             UPDATE occurrences SET state = 'READY', attempts = 0, available_at = $3, finished_at = NULL,
+                    cancel_requested = false
+              WHERE id = $1 AND tenant_id = $2 AND state = 'DEAD'
+             RETURNING id),
+         reopened AS (
+             UPDATE outbox SET settled_at = NULL, outcome = NULL, delivered_at = NULL, available_at = $3
+              WHERE occurrence_id IN (SELECT id FROM upd))
+         SELECT count(*) FROM upd",
         &[&id.0, &p.tenant.0, &now],
     )
-    .await?;
+    .await?
+    .first()
+    .map_or(0, |r| r.get(0));
     if n == 1 {
-        // An externally targeted occurrence goes back to the relay: its outbox row reopens.
-        execute(
-            c,
-            "UPDATE outbox SET settled_at = NULL, outcome = NULL, delivered_at = NULL, available_at = $2
-              WHERE occurrence_id = $1",
-            &[&id.0, &now],
-        )
-        .await?;
         return Ok(Ack {
             occurrence_id: id,
             rows: 1,
