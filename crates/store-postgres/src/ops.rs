@@ -320,6 +320,42 @@ async fn fast_claim<C: GenericClient>(
         .collect()
 }
 
+/// Claims these occurrences (already chosen, and locked by the caller's transaction): new
+/// epoch, the claimer as owner, the lease, the previous attempt closed and a new one opened.
+/// Returns them with their payloads, earliest available first.
+async fn claim_seqs<C: GenericClient>(
+    c: &C,
+    seqs: &[i64],
+    owner: &str,
+    now: i64,
+    lease_until: i64,
+) -> R<Vec<Claimed>> {
+    let rows = query(
+        c,
+        "WITH upd AS (
+             UPDATE occurrences o
+                SET state = 'RUNNING', owner = $2, epoch = o.epoch + 1, attempts = o.attempts + 1,
+                    lease_until = $4, claimed_at = $3, cancel_requested = false
+              WHERE o.seq = ANY($1)
+             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
+         prev AS (
+             UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
+               FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
+         ins AS (
+             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+             SELECT seq, epoch, $2, $3, $4, 'running' FROM upd)
+         SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
+                upd.attempts, v.payload
+           FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
+          ORDER BY upd.available_at, upd.seq",
+        &[&seqs, &owner, &now, &lease_until],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| claimed_row(r, now, lease_until))
+        .collect()
+}
+
 fn claimed_row(r: &Row, now: i64, lease_until: i64) -> R<Claimed> {
     Ok(Claimed {
         id: OccurrenceId(r.get(0)),
@@ -391,29 +427,7 @@ async fn claim_constrained(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                let rows = query(
-                    &tx,
-                    "WITH upd AS (
-                         UPDATE occurrences o
-                            SET state = 'RUNNING', owner = $2, epoch = o.epoch + 1, attempts = o.attempts + 1,
-                                lease_until = $4, claimed_at = $3, cancel_requested = false
-                          WHERE seq = $1
-                         RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
-                     prev AS (
-                         UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
-                           FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
-                     ins AS (
-                         INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
-                         SELECT seq, epoch, $2, $3, $4, 'running' FROM upd)
-                     SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                            upd.attempts, v.payload
-                       FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version",
-                    &[&seq, &p.worker_id, &now, &lease_until],
-                )
-                .await?;
-                for r in &rows {
-                    out.push(claimed_row(r, now, lease_until)?);
-                }
+                out.extend(claim_seqs(&tx, &[seq], &p.worker_id, now, lease_until).await?);
             }
             fence::OverlapDecision::Wait => {
                 waiting.insert(schedule);
@@ -439,9 +453,10 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     // the occurrence's state (a cancel, the recovery sweep) across nodes.
     let due = query(
         &tx,
-        "SELECT o.seq, o.tenant_id, o.target,
-                occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
-                occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms
+        // The occurrence's columns first, in FENCE_COLS order, for `fence_view`.
+        "SELECT occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
+                occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
+                o.seq, o.tenant_id, o.target
            FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
           WHERE o.settled_at IS NULL AND o.available_at <= $1
           ORDER BY o.available_at LIMIT $2
@@ -454,18 +469,8 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());
     let mut routes: HashMap<Uuid, (TenantId, String)> = HashMap::new();
     for r in &due {
-        let oseq: i64 = r.get(0);
-        let view = FenceView {
-            state: stored_state(r.get(5))?,
-            owner: r.get(6),
-            epoch: r.get(7),
-            lease_until: r.get(8),
-            available_at: r.get(9),
-            attempts: u32_of(r.get(10)),
-            max_attempts: u32_of(r.get(11)),
-            backoff_initial_ms: r.get(12),
-            backoff_max_ms: r.get(13),
-        };
+        let (seq, id, view) = fence_view(r)?;
+        let oseq: i64 = r.get(11);
         match fence::relay_step(&view, now) {
             fence::RelayStep::Settle(state) => {
                 settle_seqs.push(oseq);
@@ -477,8 +482,8 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
             }
             fence::RelayStep::Claim if pick_seqs.len() < p.max as usize => {
                 pick_oseqs.push(oseq);
-                pick_seqs.push(r.get::<_, i64>(3));
-                routes.insert(r.get(4), (TenantId(r.get(1)), r.get(2)));
+                pick_seqs.push(seq);
+                routes.insert(id, (TenantId(r.get(12)), r.get(13)));
             }
             fence::RelayStep::Claim => {}
         }
@@ -511,27 +516,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
             &[&pick_oseqs],
         )
         .await?;
-        query(
-            &tx,
-            "WITH upd AS (
-                 UPDATE occurrences o
-                    SET state = 'RUNNING', owner = $2, epoch = o.epoch + 1, attempts = o.attempts + 1,
-                        lease_until = $4, claimed_at = $3, cancel_requested = false
-                  WHERE o.seq = ANY($1)
-                 RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
-             prev AS (
-                 UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
-                   FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
-             ins AS (
-                 INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
-                 SELECT seq, epoch, $2, $3, $4, 'running' FROM upd)
-             SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                    upd.attempts, v.payload
-               FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
-              ORDER BY upd.available_at, upd.seq",
-            &[&pick_seqs, &p.node, &now, &lease_until],
-        )
-        .await?
+        claim_seqs(&tx, &pick_seqs, &p.node, now, lease_until).await?
     };
     if rows.len() != pick_seqs.len() {
         return Err(StoreError::Database(format!(
@@ -541,9 +526,8 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
         )));
     }
     let out = rows
-        .iter()
-        .map(|r| {
-            let claim = claimed_row(r, now, lease_until)?;
+        .into_iter()
+        .map(|claim| {
             let (tenant, target) = routes.remove(&claim.id.0).ok_or_else(|| {
                 StoreError::Database(format!("relay claimed {} without its outbox row", claim.id))
             })?;

@@ -217,13 +217,20 @@ impl Store for SqliteStore {
             return Ok(relayed);
         }
         // Payloads on a reader, as for worker claims.
+        let (routes, mut claims): (Vec<_>, Vec<_>) = relayed
+            .into_iter()
+            .map(|r| ((r.tenant, r.target), r.claim))
+            .unzip();
         self.read(move |c| {
-            let mut claims: Vec<Claimed> = relayed.iter().map(|r| r.claim.clone()).collect();
             ops::fill_payloads(c, &mut claims)?;
-            Ok(relayed
+            Ok(routes
                 .into_iter()
                 .zip(claims)
-                .map(|(r, claim)| Relayed { claim, ..r })
+                .map(|((tenant, target), claim)| Relayed {
+                    tenant,
+                    target,
+                    claim,
+                })
                 .collect())
         })
         .await

@@ -142,8 +142,6 @@ pub(crate) fn insert_occurrences(
     let mut inserted = 0;
     for o in items {
         let id = occurrence_id(o.schedule_id, o.version, o.scheduled_for);
-        let relayed = matches!(o.state, OccurrenceState::Scheduled | OccurrenceState::Ready)
-            && campanile_core::is_reserved_queue(&o.queue);
         let state = match o.state {
             OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
             s @ (OccurrenceState::Missed
@@ -156,6 +154,8 @@ pub(crate) fn insert_occurrences(
             }
         };
         let finished = (state != OccurrenceState::Ready).then_some(now);
+        let relayed =
+            state == OccurrenceState::Ready && campanile_core::is_reserved_queue(&o.queue);
         inserted += stmt
             .execute(params![
                 id.0,
@@ -604,55 +604,42 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
     let scan = i64::from(p.max).saturating_mul(2).max(16);
     let due: Vec<RelayRow> = c
         .prepare_cached(
-            "SELECT o.seq, o.tenant_id, o.target,
-                    occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
+            "SELECT occ.seq, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
                     occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
-                    occ.seq, occ.id, occ.schedule_id, occ.version, occ.scheduled_for
+                    occ.id, occ.schedule_id, occ.version, occ.scheduled_for,
+                    o.seq, o.tenant_id, o.target
                FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
               WHERE o.settled_at IS NULL AND o.available_at <= ?1
               ORDER BY o.available_at LIMIT ?2",
         )
         .and_then(|mut s| {
             s.query_map(params![now, scan], |r| {
-                let state: String = r.get(3)?;
                 Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    state,
-                    (
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                        r.get(8)?,
-                        r.get(9)?,
-                        r.get(10)?,
-                        r.get(11)?,
-                    ),
-                    (r.get(12)?, r.get(13)?, r.get(14)?, r.get(15)?, r.get(16)?),
+                    raw_fence(r)?,
+                    (r.get(10)?, r.get(11)?, r.get(12)?, r.get(13)?),
+                    (r.get(14)?, r.get(15)?, r.get(16)?),
                 ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?
         .into_iter()
-        .map(|(oseq, tenant, target, state, f, o)| {
-            let (owner, epoch, lease, available_at, attempts, max_attempts, bi, bm) = f;
-            let view = FenceView {
-                state: stored_state(&state)?,
-                owner,
-                epoch,
-                lease_until: lease,
-                available_at,
-                attempts,
-                max_attempts,
-                backoff_initial_ms: bi,
-                backoff_max_ms: bm,
-            };
-            let row = (o.0, o.1, o.2, o.3, o.4, available_at, epoch, attempts);
-            Ok((oseq, tenant, target, view, row))
-        })
+        .map(
+            |(raw, (id, schedule_id, version, scheduled_for), (oseq, tenant, target))| {
+                let (seq, view) = fence_of(raw)?;
+                let row = (
+                    seq,
+                    id,
+                    schedule_id,
+                    version,
+                    scheduled_for,
+                    view.available_at,
+                    view.epoch,
+                    view.attempts,
+                );
+                Ok((oseq, tenant, target, view, row))
+            },
+        )
         .collect::<R<_>>()?;
     let mut picked: Vec<ClaimRow> = Vec::new();
     let mut routes: HashMap<Uuid, (TenantId, String)> = HashMap::new();
@@ -748,48 +735,64 @@ pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Ren
         .collect())
 }
 
+/// An occurrence's `seq` and fence columns as read, in this order: `seq, state, owner, epoch,
+/// lease_until, available_at, attempts, max_attempts, backoff_initial_ms, backoff_max_ms`.
+type RawFence = (
+    i64,
+    String,
+    Option<String>,
+    i64,
+    Option<i64>,
+    i64,
+    u32,
+    u32,
+    i64,
+    i64,
+);
+
+/// Reads the fence columns from the first ten columns of a row.
+fn raw_fence(r: &Row<'_>) -> rusqlite::Result<RawFence> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
+    ))
+}
+
+fn fence_of(raw: RawFence) -> R<(i64, FenceView)> {
+    let (seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts, bi, bm) = raw;
+    Ok((
+        seq,
+        FenceView {
+            state: stored_state(&state)?,
+            owner,
+            epoch,
+            lease_until,
+            available_at,
+            attempts,
+            max_attempts,
+            backoff_initial_ms: bi,
+            backoff_max_ms: bm,
+        },
+    ))
+}
+
 fn fence_row(c: &Connection, tenant: TenantId, id: OccurrenceId) -> R<Option<(i64, FenceView)>> {
     c.prepare_cached(
         "SELECT seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
                 backoff_initial_ms, backoff_max_ms
            FROM occurrences WHERE id = ?1 AND tenant_id = ?2",
     )
-    .and_then(|mut s| {
-        s.query_row(params![id.0, tenant.0], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-            ))
-        })
-        .optional()
-    })
+    .and_then(|mut s| s.query_row(params![id.0, tenant.0], raw_fence).optional())
     .map_err(db_err)?
-    .map(
-        |(seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts, bi, bm)| {
-            Ok((
-                seq,
-                FenceView {
-                    state: stored_state(&state)?,
-                    owner,
-                    epoch,
-                    lease_until,
-                    available_at,
-                    attempts,
-                    max_attempts,
-                    backoff_initial_ms: bi,
-                    backoff_max_ms: bm,
-                },
-            ))
-        },
-    )
+    .map(fence_of)
     .transpose()
 }
 
