@@ -70,9 +70,9 @@ pub(crate) fn sqlite_size(path: &std::path::Path) -> Option<u64> {
     Some(main + wal)
 }
 
-/// Bytes of a benchmark's PostgreSQL schema (tables, indexes, TOAST).
-pub(crate) async fn pg_schema_size(url: &str, schema: &str) -> Result<u64, CliError> {
-    let pg = PgStore::connect_with(
+/// A one-connection store on a benchmark's temporary PostgreSQL schema.
+async fn bench_schema(url: &str, schema: &str) -> Result<PgStore, CliError> {
+    PgStore::connect_with(
         url,
         PgOptions {
             schema: Some(schema.to_string()),
@@ -80,24 +80,23 @@ pub(crate) async fn pg_schema_size(url: &str, schema: &str) -> Result<u64, CliEr
         },
     )
     .await
-    .map_err(|e| CliError::runtime(e.to_string()))?;
-    pg.schema_bytes()
+    .map_err(|e| CliError::runtime(e.to_string()))
+}
+
+/// Bytes of a benchmark's PostgreSQL schema (tables, indexes, TOAST).
+pub(crate) async fn pg_schema_size(url: &str, schema: &str) -> Result<u64, CliError> {
+    bench_schema(url, schema)
+        .await?
+        .schema_bytes()
         .await
         .map_err(|e| CliError::runtime(e.to_string()))
 }
 
 /// Drops a benchmark's temporary PostgreSQL schema.
 pub(crate) async fn drop_pg_schema(url: &str, schema: &str) -> Result<(), CliError> {
-    let pg = PgStore::connect_with(
-        url,
-        PgOptions {
-            schema: Some(schema.to_string()),
-            pool_size: 1,
-        },
-    )
-    .await
-    .map_err(|e| CliError::runtime(e.to_string()))?;
-    pg.drop_schema()
+    bench_schema(url, schema)
+        .await?
+        .drop_schema()
         .await
         .map_err(|e| CliError::runtime(e.to_string()))
 }

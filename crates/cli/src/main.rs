@@ -67,6 +67,17 @@ impl CliError {
     }
 }
 
+/// Runs a command's async body on a multi-threaded runtime (`serve` and the benchmarks).
+pub(crate) fn block_on<T>(
+    body: impl std::future::Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?
+        .block_on(body)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -99,11 +99,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), CliError> {
     if !(1..=4096).contains(&args.shards) {
         return Err(CliError::usage("--shards must be between 1 and 4096"));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(serve(args))
+    crate::block_on(serve(args))
 }
 
 async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {

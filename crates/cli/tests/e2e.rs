@@ -36,20 +36,26 @@ fn start_server() -> Server {
     start_server_with(&[])
 }
 
+/// `campanile serve` on a database in `dir`, listening on `port`, with stdout piped.
+fn serve_command(dir: &tempfile::TempDir, port: u16, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_campanile"));
+    cmd.args([
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--database",
+    ])
+    .arg(dir.path().join("e2e.db"))
+    .args(extra)
+    .env("CAMPANILE_LOG", "warn")
+    .stdout(Stdio::piped());
+    cmd
+}
+
 fn start_server_with(extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database",
-        ])
-        .arg(dir.path().join("e2e.db"))
-        .args(extra)
-        .env("CAMPANILE_LOG", "warn")
-        .stdout(Stdio::piped())
+    let mut child = serve_command(&dir, port, extra)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -331,17 +337,8 @@ fn serve_relays_nats_targets_to_jetstream() {
 fn serve_refuses_to_start_with_an_unreachable_nats() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_campanile"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--nats-url",
-        ])
-        .arg(format!("nats://127.0.0.1:{}", free_port()))
-        .arg("--database")
-        .arg(dir.path().join("e2e.db"))
-        .env("CAMPANILE_LOG", "warn")
+    let nats = format!("nats://127.0.0.1:{}", free_port());
+    let out = serve_command(&dir, port, &["--nats-url", &nats])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -355,16 +352,7 @@ fn serve_refuses_to_start_with_an_unreachable_nats() {
 fn serve_survives_a_closed_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database",
-        ])
-        .arg(dir.path().join("e2e.db"))
-        .env("CAMPANILE_LOG", "warn")
-        .stdout(Stdio::piped())
+    let mut child = serve_command(&dir, port, &[])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

@@ -61,11 +61,7 @@ pub(crate) fn run(args: PeakArgs) -> Result<(), CliError> {
             "--schedules and --workers must be positive, --batch 1..=1000, --due-in at least 1",
         ));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(run_async(args))
+    crate::block_on(run_async(args))
 }
 
 async fn run_async(args: PeakArgs) -> Result<(), CliError> {

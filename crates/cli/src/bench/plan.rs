@@ -50,11 +50,7 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
             "--due must be positive and at most every --schedules value; --shards and --batch must be positive",
         ));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(async {
+    crate::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
             let (bench_db, run) =
@@ -62,8 +58,14 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
             bench_db.finish().await?;
             runs.push(run);
         }
-        println!("campanile bench plan — {:?}, {} due per pass, {} shards", args.common.backend, args.due, args.shards);
-        println!("{:>10}  {:>10}  {:>12}  {:>16}  {:>10}", "schedules", "seed s", "pass s", "occurrences/s", "B/sched");
+        println!(
+            "campanile bench plan — {:?}, {} due per pass, {} shards",
+            args.common.backend, args.due, args.shards
+        );
+        println!(
+            "{:>10}  {:>10}  {:>12}  {:>16}  {:>10}",
+            "schedules", "seed s", "pass s", "occurrences/s", "B/sched"
+        );
         for r in &runs {
             println!(
                 "{:>10}  {:>10.2}  {:>12.3}  {:>16.0}  {:>10}",
@@ -71,10 +73,15 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
                 r["seed_seconds"].as_f64().unwrap_or(0.0),
                 r["pass_seconds"].as_f64().unwrap_or(0.0),
                 r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
-                r["db_bytes_per_schedule"].as_f64().map_or("-".to_string(), |b| format!("{b:.0}")),
+                r["db_bytes_per_schedule"]
+                    .as_f64()
+                    .map_or("-".to_string(), |b| format!("{b:.0}")),
             );
         }
-        let passes: Vec<f64> = runs.iter().filter_map(|r| r["pass_seconds"].as_f64()).collect();
+        let passes: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r["pass_seconds"].as_f64())
+            .collect();
         let ratio = match (passes.first(), passes.last()) {
             (Some(a), Some(b)) if *a > 0.0 => b / a,
             _ => 1.0,
@@ -83,7 +90,10 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
             println!("largest / smallest pass time: {ratio:.2}x");
         }
         if args.common.json {
-            println!("{}", json!({ "bench": "plan", "backend": args.common.backend, "due": args.due, "shards": args.shards, "runs": runs, "pass_ratio_largest_to_smallest": ratio }));
+            println!(
+                "{}",
+                json!({ "bench": "plan", "backend": args.common.backend, "due": args.due, "shards": args.shards, "runs": runs, "pass_ratio_largest_to_smallest": ratio })
+            );
         }
         Ok(())
     })

@@ -46,11 +46,7 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
             "--due must be positive and at most every --schedules value",
         ));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(async {
+    crate::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
             let (bench_db, mut run) =

@@ -39,11 +39,7 @@ pub(crate) fn run(args: StoreArgs) -> Result<(), CliError> {
             "--occurrences, --workers and every --batch must be positive",
         ));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(run_async(args))
+    crate::block_on(run_async(args))
 }
 
 async fn run_async(args: StoreArgs) -> Result<(), CliError> {

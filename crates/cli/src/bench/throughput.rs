@@ -41,11 +41,7 @@ pub(crate) fn run(args: ThroughputArgs) -> Result<(), CliError> {
             "--occurrences and --workers must be positive; --batch values between 1 and 1000",
         ));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(run_async(args))
+    crate::block_on(run_async(args))
 }
 
 async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
