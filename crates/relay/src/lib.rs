@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use campanile_core::{ErrorClass, Target};
 use campanile_store::{
-    Ack, Finish, FinishItem, LeaseRef, OccurrenceFinishMany, RelayClaim, Relayed, Store,
+    Ack, Claimed, Finish, FinishItem, LeaseRef, OccurrenceFinishMany, RelayClaim, Relayed, Store,
     StoreError, TenantId,
 };
 use jiff::{SignedDuration, Timestamp};
@@ -160,13 +160,7 @@ impl Relay {
         if claimed.is_empty() {
             return Ok(report);
         }
-        metrics::counter!("campanile_occurrences_claimed_total").increment(report.claimed);
-        for r in &claimed {
-            let lag = (r.claim.claimed_at.as_millisecond() - r.claim.available_at.as_millisecond())
-                .max(0) as f64
-                / 1000.0;
-            metrics::histogram!("campanile_claim_lag_seconds").record(lag);
-        }
+        Claimed::count(claimed.iter().map(|r| &r.claim));
         // Send every message first, then wait for all the acknowledgements at once, under one
         // deadline well inside the lease: a broker that stops answering mid-batch costs this
         // batch a failed attempt each, never a wait past the lease (which would let another

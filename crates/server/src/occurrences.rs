@@ -5,8 +5,9 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use campanile_core::{ErrorClass, OccurrenceId};
 use campanile_store::{
-    Ack, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel, OccurrenceClaim,
-    OccurrenceFinishMany, OccurrenceGet, OccurrenceKey, OccurrenceRedrive, TenantId,
+    Ack, Claimed, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel,
+    OccurrenceClaim, OccurrenceFinishMany, OccurrenceGet, OccurrenceKey, OccurrenceRedrive,
+    TenantId,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -248,12 +249,7 @@ pub(crate) async fn claim(
             now: None,
         })
         .await?;
-    metrics::counter!("campanile_occurrences_claimed_total").increment(got.len() as u64);
-    for c in &got {
-        let lag = (c.claimed_at.as_millisecond() - c.available_at.as_millisecond()).max(0) as f64
-            / 1000.0;
-        metrics::histogram!("campanile_claim_lag_seconds").record(lag);
-    }
+    Claimed::count(got.iter());
     Ok(Json(ClaimOut {
         occurrences: got
             .into_iter()
