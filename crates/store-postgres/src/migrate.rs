@@ -1,7 +1,7 @@
 //! Versioned migrations, embedded in the binary, applied under an advisory lock so that
 //! nodes starting together migrate once.
 
-use campanile_store::StoreError;
+use campanile_store::{StoreError, upgrade};
 
 use crate::pg_err;
 
@@ -19,6 +19,10 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0003_outbox_relay.sql"),
     ),
 ];
+
+/// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes
+/// the upgrade unsafe.
+const GUARDS: &[(i64, &str)] = &[(3, upgrade::RESERVED_QUEUE_IN_USE)];
 
 const LOCK_KEY: i64 = 0x0063_616d_7061_6e69; // "campani"
 
@@ -50,6 +54,15 @@ pub(crate) async fn apply(client: &mut deadpool_postgres::Client) -> Result<u32,
     }
     let mut applied = 0;
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        for (_, guard) in GUARDS.iter().filter(|g| g.0 == *version) {
+            if let Some(row) = tx.query_opt(*guard, &[]).await.map_err(mig)? {
+                return Err(StoreError::Migration(upgrade::reserved_queue_refusal(
+                    *version,
+                    name,
+                    row.get(0),
+                )));
+            }
+        }
         tx.batch_execute(sql)
             .await
             .map_err(|e| StoreError::Migration(format!("migration {version} ({name}): {e}")))?;

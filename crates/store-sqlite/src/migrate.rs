@@ -1,7 +1,7 @@
 //! Versioned migrations, embedded in the binary and applied in one transaction.
 
-use campanile_store::StoreError;
-use rusqlite::Connection;
+use campanile_store::{StoreError, upgrade};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::db_err;
 
@@ -24,6 +24,10 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0004_outbox_relay.sql"),
     ),
 ];
+
+/// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes
+/// the upgrade unsafe.
+const GUARDS: &[(i64, &str)] = &[(4, upgrade::RESERVED_QUEUE_IN_USE)];
 
 /// Applies the migrations the database lacks; refuses a database newer than this binary.
 pub(crate) fn apply(conn: &mut Connection) -> Result<u32, StoreError> {
@@ -51,6 +55,17 @@ pub(crate) fn apply(conn: &mut Connection) -> Result<u32, StoreError> {
     }
     let mut applied = 0;
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        for (_, guard) in GUARDS.iter().filter(|g| g.0 == *version) {
+            let found: Option<String> = tx
+                .query_row(guard, [], |r| r.get(0))
+                .optional()
+                .map_err(mig)?;
+            if let Some(queue) = found {
+                return Err(StoreError::Migration(upgrade::reserved_queue_refusal(
+                    *version, name, &queue,
+                )));
+            }
+        }
         tx.execute_batch(sql)
             .map_err(|e| StoreError::Migration(format!("migration {version} ({name}): {e}")))?;
         tx.execute(

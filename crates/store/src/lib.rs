@@ -13,6 +13,7 @@ mod error;
 pub mod fence;
 mod params;
 mod records;
+pub mod upgrade;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

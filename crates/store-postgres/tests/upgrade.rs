@@ -1,0 +1,92 @@
+//! Upgrading a database written by an older campanile (when `CAMPANILE_TEST_PG_URL` is set).
+
+use campanile_store::StoreError;
+use campanile_store_postgres::{MIGRATIONS, PgOptions, PgStore};
+
+/// The outbox-relay migration reserves queue names starting with `$`.
+const RESERVING: i64 = 3;
+
+async fn client(url: &str, schema: &str) -> tokio_postgres::Client {
+    let mut cfg: tokio_postgres::Config = url.parse().expect("url");
+    cfg.options(format!("-c search_path={schema}"));
+    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+async fn schema_version(c: &tokio_postgres::Client) -> i64 {
+    c.query_one("SELECT MAX(version) FROM campanile_migrations", &[])
+        .await
+        .expect("version")
+        .get(0)
+}
+
+/// A schema at the version before `RESERVING`, with one ACTIVE schedule on `queue`.
+async fn old_schema(url: &str, schema: &str, queue: &str) -> tokio_postgres::Client {
+    let c = client(url, schema).await;
+    c.batch_execute(&format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE campanile_migrations (
+             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    ))
+    .await
+    .expect("schema");
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 < RESERVING) {
+        c.batch_execute(sql).await.expect("old migration");
+        c.execute(
+            "INSERT INTO campanile_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await
+        .expect("record migration");
+    }
+    c.batch_execute(&format!(
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+         VALUES ('00000000-0000-7000-8000-000000000001', 1, 1, 'ACTIVE', 0, 0, 0, 0);
+         INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, queue, priority,
+             lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap,
+             flex_window_ms, created_at)
+         VALUES ('00000000-0000-7000-8000-000000000001', 1, 'cron', '0 9 * * *', 'UTC', '{queue}',
+             0, 30000, 3, 1000, 60000, 'SKIP', 'ALLOW', 0, 0);"
+    ))
+    .await
+    .expect("old schedule");
+    c
+}
+
+fn options(schema: &str) -> PgOptions {
+    PgOptions {
+        schema: Some(schema.to_string()),
+        pool_size: 1,
+    }
+}
+
+#[tokio::test]
+async fn upgrade_refuses_a_live_queue_named_like_a_reserved_route() {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
+        return;
+    };
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let c = old_schema(&url, &schema, "$legacy").await;
+    let err = PgStore::connect_with(&url, options(&schema)).await.err();
+    let drop = format!("DROP SCHEMA {schema} CASCADE");
+    let Some(StoreError::Migration(msg)) = &err else {
+        c.batch_execute(&drop).await.expect("drop");
+        panic!("expected a migration error for a live '$legacy' queue, got {err:?}");
+    };
+    assert!(msg.contains("'$legacy'"), "{msg}");
+    assert!(msg.contains("reserved"), "{msg}");
+    // Nothing was applied: the schema is still the old one, usable by the old binary.
+    assert_eq!(schema_version(&c).await, RESERVING - 1);
+
+    // Once that schedule is canceled (and nothing of it is pending), the upgrade goes on.
+    c.batch_execute("UPDATE schedules SET state = 'CANCELED'")
+        .await
+        .expect("cancel");
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let version = schema_version(&c).await;
+    c.batch_execute(&drop).await.expect("drop");
+    store.expect("upgrade after the queue is retired");
+    assert_eq!(version, MIGRATIONS.last().expect("migrations").0);
+}
