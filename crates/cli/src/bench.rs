@@ -4,6 +4,7 @@
 mod peak;
 mod plan;
 mod plot;
+mod relay;
 mod scale;
 mod store;
 mod throughput;
@@ -25,6 +26,8 @@ pub(crate) enum BenchCommand {
     Peak(peak::PeakArgs),
     /// Database bytes per stored schedule, a planner pass and `serve`'s memory at N schedules.
     Scale(scale::ScaleArgs),
+    /// Due occurrences with a NATS target delivered by the relay into JetStream.
+    Relay(relay::RelayArgs),
 }
 
 /// The backend a benchmark runs on.
@@ -58,6 +61,7 @@ pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Throughput(args) => throughput::run(args),
         BenchCommand::Peak(args) => peak::run(args),
         BenchCommand::Scale(args) => scale::run(args),
+        BenchCommand::Relay(args) => relay::run(args),
     }
 }
 
