@@ -105,13 +105,31 @@ fn preview_table_marks_dst_decisions() {
 
 #[test]
 fn bad_input_exits_2_with_one_line_on_stderr() {
-    let cases: [&[&str]; 6] = [
+    let cases: [&[&str]; 8] = [
         &["preview", "--cron", "0 25 * * *", "--tz", "UTC"],
         &["preview", "--cron", "0 0 30 2 *", "--tz", "UTC"],
         &["preview", "--cron", "0 0 * * *", "--tz", "Mars/Base"],
         &["preview", "--cron", "0 0 * * *", "--after", "yesterday"],
         &["preview", "--cron", "0 0 * * *", "--dst-gap", "maybe"],
         &["preview", "--cron", "0 0 * * *", "--count", "0"],
+        // Checked before anything is connected to or created.
+        &[
+            "bench",
+            "relay",
+            "--nats-url",
+            "nats://127.0.0.1:4222",
+            "--occurrences",
+            "0",
+        ],
+        // Nothing listens on the discard port: an unreachable NATS is the user's to fix.
+        &[
+            "bench",
+            "relay",
+            "--nats-url",
+            "nats://127.0.0.1:9",
+            "--occurrences",
+            "10",
+        ],
     ];
     for args in cases {
         let o = campanile(args);
