@@ -71,22 +71,23 @@ async fn upgrade_refuses_a_live_queue_named_like_a_reserved_route() {
     let c = old_schema(&url, &schema, "$legacy").await;
     let err = PgStore::connect_with(&url, options(&schema)).await.err();
     let drop = format!("DROP SCHEMA {schema} CASCADE");
-    let Some(StoreError::Migration(msg)) = &err else {
-        c.batch_execute(&drop).await.expect("drop");
-        panic!("expected a migration error for a live '$legacy' queue, got {err:?}");
-    };
-    assert!(msg.contains("'$legacy'"), "{msg}");
-    assert!(msg.contains("reserved"), "{msg}");
-    // Nothing was applied: the schema is still the old one, usable by the old binary.
-    assert_eq!(schema_version(&c).await, RESERVING - 1);
-
+    let refused_at = schema_version(&c).await;
     // Once that schedule is canceled (and nothing of it is pending), the upgrade goes on.
     c.batch_execute("UPDATE schedules SET state = 'CANCELED'")
         .await
         .expect("cancel");
     let store = PgStore::connect_with(&url, options(&schema)).await;
-    let version = schema_version(&c).await;
+    let upgraded_to = schema_version(&c).await;
+    // Drop the schema before asserting, so a failure does not leave it behind.
     c.batch_execute(&drop).await.expect("drop");
+
+    let Some(StoreError::Migration(msg)) = &err else {
+        panic!("expected a migration error for a live '$legacy' queue, got {err:?}");
+    };
+    assert!(msg.contains("'$legacy'"), "{msg}");
+    assert!(msg.contains("reserved"), "{msg}");
+    // Nothing was applied: the schema is still the old one, usable by the old binary.
+    assert_eq!(refused_at, RESERVING - 1);
     store.expect("upgrade after the queue is retired");
-    assert_eq!(version, MIGRATIONS.last().expect("migrations").0);
+    assert_eq!(upgraded_to, MIGRATIONS.last().expect("migrations").0);
 }

@@ -23,6 +23,10 @@ use serde_json::json;
 use super::Common;
 use crate::CliError;
 
+/// A relay that publishes nothing for this long ends the run with an error (another relay
+/// may still be finishing the last batches; a batch's acknowledgements wait at most 10 s).
+const STALL: Duration = Duration::from_secs(30);
+
 /// Arguments of `campanile bench relay`.
 #[derive(Debug, Args)]
 pub(crate) struct RelayArgs {
@@ -55,19 +59,25 @@ async fn run_async(args: RelayArgs) -> Result<(), CliError> {
     let client = campanile_relay::connect(&args.nats_url)
         .await
         .map_err(|e| CliError::usage(format!("{e} (check --nats-url)")))?;
+    let bench_db = args.common.open("bench.db").await?;
     let js = jetstream::new(client.clone());
     let id = uuid::Uuid::now_v7().simple().to_string();
     let subject = format!("campanile.bench.{id}.jobs");
     let stream = format!("CAMPANILE_BENCH_{id}");
-    js.create_stream(jetstream::stream::Config {
-        name: stream.clone(),
-        subjects: vec![subject.clone()],
-        duplicate_window: Duration::from_secs(120),
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| CliError::runtime(format!("cannot create the bench stream: {e}")))?;
-    let bench_db = args.common.open("bench.db").await?;
+    let created = js
+        .create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec![subject.clone()],
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await;
+    if let Err(e) = created {
+        let _ = bench_db.finish().await;
+        return Err(CliError::runtime(format!(
+            "cannot create the bench stream: {e}"
+        )));
+    }
     let outcome = measure(&args, &bench_db, &client, &js, &stream, &subject).await;
     // Clean up whatever happened; the measurement's error, if any, is the one reported.
     let _ = js.delete_stream(&stream).await;
@@ -141,8 +151,27 @@ async fn measure(
             bar.clone(),
         );
         tasks.push(tokio::spawn(async move {
+            let mut last_progress = Instant::now();
             while published.load(Ordering::Relaxed) < total {
                 let report = relay.step(None).await.map_err(|e| e.to_string())?;
+                if report.paused {
+                    return Err("the connection to NATS was lost".to_string());
+                }
+                if report.stale > 0 {
+                    return Err(format!(
+                        "{} completions refused as stale (a lease passed mid-batch)",
+                        report.stale
+                    ));
+                }
+                if report.published > 0 {
+                    last_progress = Instant::now();
+                } else if last_progress.elapsed() > STALL {
+                    return Err(format!(
+                        "nothing relayed for {} s with {} of {total} done",
+                        STALL.as_secs(),
+                        published.load(Ordering::Relaxed)
+                    ));
+                }
                 published.fetch_add(report.published, Ordering::Relaxed);
                 duplicates.fetch_add(report.duplicates, Ordering::Relaxed);
                 failed.fetch_add(report.failed, Ordering::Relaxed);
