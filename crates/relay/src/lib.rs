@@ -238,7 +238,7 @@ impl Relay {
         // (and the stream drops the copies).
         let mut first_error = None;
         for (tenant, items) in by_tenant {
-            let finishes: Vec<Finish> = items.iter().map(|i| i.finish.clone()).collect();
+            let succeeded: Vec<bool> = items.iter().map(|i| i.finish.succeeded()).collect();
             match self
                 .store
                 .occurrence_finish_many(OccurrenceFinishMany {
@@ -249,10 +249,10 @@ impl Relay {
                 })
                 .await
             {
-                Ok(acks) => report.stale += Ack::count_outcomes(&acks, &finishes),
+                Ok(acks) => report.stale += Ack::count_outcomes(&acks, succeeded),
                 Err(e) => {
                     tracing::warn!(tenant = tenant.0, error = %e, "relay: outcomes not recorded");
-                    report.unrecorded += finishes.len() as u64;
+                    report.unrecorded += succeeded.len() as u64;
                     first_error.get_or_insert(e);
                 }
             }

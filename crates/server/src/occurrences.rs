@@ -451,6 +451,7 @@ async fn finish_one(
 ) -> Result<Json<AckOut>, ApiError> {
     check_worker(&worker_id)?;
     let occurrence_id = parse_occurrence_id(id)?;
+    let succeeded = finish.succeeded();
     let acks = state
         .store
         .occurrence_finish_many(OccurrenceFinishMany {
@@ -461,12 +462,12 @@ async fn finish_one(
                     occurrence_id,
                     epoch,
                 },
-                finish: finish.clone(),
+                finish,
             }],
             now: None,
         })
         .await?;
-    Ack::count_outcomes(&acks, std::slice::from_ref(&finish));
+    Ack::count_outcomes(&acks, [succeeded]);
     let ack = acks
         .into_iter()
         .next()
@@ -615,7 +616,7 @@ pub(crate) async fn completions(
             finish,
         });
     }
-    let finishes: Vec<Finish> = items.iter().map(|i| i.finish.clone()).collect();
+    let succeeded: Vec<bool> = items.iter().map(|i| i.finish.succeeded()).collect();
     let acks = state
         .store
         .occurrence_finish_many(OccurrenceFinishMany {
@@ -625,7 +626,7 @@ pub(crate) async fn completions(
             now: None,
         })
         .await?;
-    Ack::count_outcomes(&acks, &finishes);
+    Ack::count_outcomes(&acks, succeeded);
     Ok(Json(CompletionsOut {
         results: acks.iter().map(ack_out).collect(),
     }))

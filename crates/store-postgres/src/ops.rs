@@ -270,18 +270,38 @@ pub(crate) async fn occurrence_claim(c: &mut Client, p: OccurrenceClaim) -> R<Ve
     Ok(out)
 }
 
-/// The one-statement claim of up to `max` unconstrained occurrences.
-async fn fast_claim<C: GenericClient>(
-    c: &C,
-    p: &OccurrenceClaim,
-    now: i64,
-    lease_until: i64,
-    max: u32,
-) -> R<Vec<Claimed>> {
-    let max = i64::from(max);
-    let rows = query(
-        c,
-        "WITH ready AS (
+/// A claim statement: `pick` defines the CTE `pick(seq)` of the occurrences to claim (locked
+/// by it or by the caller); the rest claims them — new epoch, the claimer as owner, the lease,
+/// the previous attempt closed and a new one opened — and returns them with their payloads,
+/// earliest available first. `owner`, `now` and `lease_until` are the statement's
+/// placeholders for those values. Every PostgreSQL claim goes through this one text.
+fn claim_sql(pick: &str, owner: &str, now: &str, lease_until: &str) -> String {
+    format!(
+        "WITH {pick},
+         upd AS (
+             UPDATE occurrences o
+                SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
+                    lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false
+               FROM pick WHERE o.seq = pick.seq
+             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
+         prev AS (
+             UPDATE attempts a SET outcome = 'lease_expired', finished_at = {now}
+               FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
+         ins AS (
+             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+             SELECT seq, epoch, {owner}, {now}, {lease_until}, 'running' FROM upd)
+         SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
+                upd.attempts, v.payload
+           FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
+          ORDER BY upd.available_at, upd.seq"
+    )
+}
+
+/// The worker claim: due or lease-expired occurrences of one queue, picked and claimed in one
+/// statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6` lease end.
+static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    claim_sql(
+        "ready AS (
              SELECT seq, priority, available_at FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= $3
                 AND overlap = 0
@@ -295,24 +315,44 @@ async fn fast_claim<C: GenericClient>(
               FOR UPDATE SKIP LOCKED),
          pick AS (
              SELECT seq FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
-              ORDER BY priority DESC, available_at, seq LIMIT $4),
-         upd AS (
-             UPDATE occurrences o
-                SET state = 'RUNNING', owner = $5, epoch = o.epoch + 1, attempts = o.attempts + 1,
-                    lease_until = $6, claimed_at = $3, cancel_requested = false
-               FROM pick WHERE o.seq = pick.seq
-             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
-         prev AS (
-             UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
-               FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
-         ins AS (
-             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
-             SELECT seq, epoch, $5, $3, $6, 'running' FROM upd)
-         SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                upd.attempts, v.payload
-           FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
-          ORDER BY upd.available_at, upd.seq",
-        &[&p.tenant.0, &p.queue, &now, &max, &p.worker_id, &lease_until],
+              ORDER BY priority DESC, available_at, seq LIMIT $4)",
+        "$5",
+        "$3",
+        "$6",
+    )
+});
+
+/// The claim of occurrences already chosen and locked by the caller's transaction.
+/// `$1` their seqs, `$2` owner, `$3` now, `$4` lease end.
+static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    claim_sql(
+        "pick AS (SELECT unnest($1::int8[]) AS seq)",
+        "$2",
+        "$3",
+        "$4",
+    )
+});
+
+/// The one-statement claim of up to `max` unconstrained occurrences.
+async fn fast_claim<C: GenericClient>(
+    c: &C,
+    p: &OccurrenceClaim,
+    now: i64,
+    lease_until: i64,
+    max: u32,
+) -> R<Vec<Claimed>> {
+    let max = i64::from(max);
+    let rows = query(
+        c,
+        &FAST_CLAIM,
+        &[
+            &p.tenant.0,
+            &p.queue,
+            &now,
+            &max,
+            &p.worker_id,
+            &lease_until,
+        ],
     )
     .await?;
     rows.iter()
@@ -320,9 +360,7 @@ async fn fast_claim<C: GenericClient>(
         .collect()
 }
 
-/// Claims these occurrences (already chosen, and locked by the caller's transaction): new
-/// epoch, the claimer as owner, the lease, the previous attempt closed and a new one opened.
-/// Returns them with their payloads, earliest available first.
+/// Claims these occurrences (already chosen, and locked by the caller's transaction).
 async fn claim_seqs<C: GenericClient>(
     c: &C,
     seqs: &[i64],
@@ -330,27 +368,7 @@ async fn claim_seqs<C: GenericClient>(
     now: i64,
     lease_until: i64,
 ) -> R<Vec<Claimed>> {
-    let rows = query(
-        c,
-        "WITH upd AS (
-             UPDATE occurrences o
-                SET state = 'RUNNING', owner = $2, epoch = o.epoch + 1, attempts = o.attempts + 1,
-                    lease_until = $4, claimed_at = $3, cancel_requested = false
-              WHERE o.seq = ANY($1)
-             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
-         prev AS (
-             UPDATE attempts a SET outcome = 'lease_expired', finished_at = $3
-               FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
-         ins AS (
-             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
-             SELECT seq, epoch, $2, $3, $4, 'running' FROM upd)
-         SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                upd.attempts, v.payload
-           FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version
-          ORDER BY upd.available_at, upd.seq",
-        &[&seqs, &owner, &now, &lease_until],
-    )
-    .await?;
+    let rows = query(c, &CLAIM_SEQS, &[&seqs, &owner, &now, &lease_until]).await?;
     rows.iter()
         .map(|r| claimed_row(r, now, lease_until))
         .collect()
@@ -467,7 +485,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
     let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
     let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());
-    let mut routes: HashMap<Uuid, (TenantId, String)> = HashMap::new();
+    let mut routes = RelayRoutes::new();
     for r in &due {
         let (seq, id, view) = fence_view(r)?;
         let oseq: i64 = r.get(11);
@@ -525,19 +543,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
             pick_seqs.len()
         )));
     }
-    let out = rows
-        .into_iter()
-        .map(|claim| {
-            let (tenant, target) = routes.remove(&claim.id.0).ok_or_else(|| {
-                StoreError::Database(format!("relay claimed {} without its outbox row", claim.id))
-            })?;
-            Ok(Relayed {
-                tenant,
-                target,
-                claim,
-            })
-        })
-        .collect::<R<Vec<_>>>()?;
+    let out = Relayed::pair(rows, routes)?;
     tx.commit().await.map_err(pg_err)?;
     Ok(out)
 }

@@ -642,7 +642,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
         )
         .collect::<R<_>>()?;
     let mut picked: Vec<ClaimRow> = Vec::new();
-    let mut routes: HashMap<Uuid, (TenantId, String)> = HashMap::new();
+    let mut routes = RelayRoutes::new();
     let mut settle = c
         .prepare_cached(
             "UPDATE outbox SET settled_at = ?2, outcome = ?3,
@@ -675,19 +675,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
         }
     }
     let rows = claim_rows(c, &p.node, now, lease_until, picked)?;
-    finish_claim(c, &p.node, rows, now, lease_until)?
-        .into_iter()
-        .map(|claim| {
-            let (tenant, target) = routes.remove(&claim.id.0).ok_or_else(|| {
-                StoreError::Database(format!("relay claimed {} without its outbox row", claim.id))
-            })?;
-            Ok(Relayed {
-                tenant,
-                target,
-                claim,
-            })
-        })
-        .collect()
+    Relayed::pair(finish_claim(c, &p.node, rows, now, lease_until)?, routes)
 }
 
 pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Renewal>> {

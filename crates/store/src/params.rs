@@ -130,6 +130,14 @@ pub enum Finish {
     },
 }
 
+impl Finish {
+    /// Whether the worker reported a success.
+    #[must_use]
+    pub fn succeeded(&self) -> bool {
+        matches!(self, Finish::Succeeded { .. })
+    }
+}
+
 /// One fenced outcome in a [`OccurrenceFinishMany`].
 #[derive(Debug, Clone)]
 pub struct FinishItem {

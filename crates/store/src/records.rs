@@ -147,10 +147,11 @@ impl Ack {
 
     /// Counts the outcomes of a batch of finishes in the occurrence counters (completed,
     /// failed, retried, dead, stale refusals), the same for every path that finishes work
-    /// (the HTTP API, the relay). Returns how many were refused by the fence.
-    pub fn count_outcomes(acks: &[Ack], finishes: &[crate::Finish]) -> u64 {
+    /// (the HTTP API, the relay). `succeeded` says, per ack, whether the worker reported a
+    /// success ([`crate::Finish::succeeded`]). Returns how many were refused by the fence.
+    pub fn count_outcomes(acks: &[Ack], succeeded: impl IntoIterator<Item = bool>) -> u64 {
         let mut stale = 0;
-        for (a, f) in acks.iter().zip(finishes) {
+        for (a, ok) in acks.iter().zip(succeeded) {
             match a.state {
                 Some(OccurrenceState::RetryWait) => {
                     metrics::counter!("campanile_occurrences_retried_total").increment(1);
@@ -160,15 +161,15 @@ impl Ack {
                 }
                 _ => {}
             }
-            match (&a.conflict, f) {
+            match (&a.conflict, ok) {
                 (Some(_), _) => {
                     stale += 1;
                     metrics::counter!("campanile_stale_completions_refused_total").increment(1);
                 }
-                (None, crate::Finish::Succeeded { .. }) => {
+                (None, true) => {
                     metrics::counter!("campanile_occurrences_completed_total").increment(1);
                 }
-                (None, crate::Finish::Failed { .. }) => {
+                (None, false) => {
                     metrics::counter!("campanile_occurrences_failed_total").increment(1);
                 }
             }
@@ -587,4 +588,37 @@ pub struct Relayed {
     pub target: String,
     /// The claim, fenced like a worker's, with the version's payload.
     pub claim: Claimed,
+}
+
+/// The outbox routes a relay claim read, by occurrence id: its tenant and route.
+pub type RelayRoutes = std::collections::HashMap<uuid::Uuid, (TenantId, String)>;
+
+impl Relayed {
+    /// Pairs each claim with the outbox route read for its occurrence.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::StoreError::Database`] for a claim without a route: the store claimed an
+    /// occurrence it had not read from the outbox.
+    pub fn pair(
+        claims: Vec<Claimed>,
+        mut routes: RelayRoutes,
+    ) -> Result<Vec<Relayed>, crate::StoreError> {
+        claims
+            .into_iter()
+            .map(|claim| {
+                let (tenant, target) = routes.remove(&claim.id.0).ok_or_else(|| {
+                    crate::StoreError::Database(format!(
+                        "relay claimed {} without its outbox row",
+                        claim.id
+                    ))
+                })?;
+                Ok(Relayed {
+                    tenant,
+                    target,
+                    claim,
+                })
+            })
+            .collect()
+    }
 }
