@@ -1,0 +1,1 @@
+ALTER TABLE attempts SET (fillfactor = 50);

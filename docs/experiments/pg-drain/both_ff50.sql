@@ -1,0 +1,2 @@
+ALTER TABLE attempts SET (fillfactor = 50);
+ALTER TABLE occurrences SET (fillfactor = 50);

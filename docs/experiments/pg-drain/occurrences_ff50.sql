@@ -1,0 +1,1 @@
+ALTER TABLE occurrences SET (fillfactor = 50);
