@@ -112,12 +112,22 @@ impl PgStore {
     pub async fn connect_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
         let mut cfg = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL: {e}")))?;
+        // Every statement is prepared once per connection and is shaped for one plan; planning
+        // it again on each execution (PostgreSQL's choice for most of them) cost a third of the
+        // database's time at batch size 1 (docs/DESIGN.md, "Why generic plans"). Options in the
+        // URL come after, so a deployment can still override it.
+        let mut options = String::from("-c plan_cache_mode=force_generic_plan");
+        if let Some(theirs) = cfg.get_options() {
+            options.push(' ');
+            options.push_str(theirs);
+        }
         if let Some(schema) = &opts.schema {
             if !valid_schema(schema) {
                 return Err(StoreError::Invalid(format!("bad schema name '{schema}'")));
             }
-            cfg.options(format!("-c search_path={schema}"));
+            options.push_str(&format!(" -c search_path={schema}"));
         }
+        cfg.options(options);
         cfg.application_name("campanile");
         let mgr = Manager::from_config(
             cfg,

@@ -625,6 +625,40 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         let g = fixture(s, "other", "q").await;
         insert(s, &g, (0..10).map(|i| new_occ(&g, "q", at(i), 3)).collect()).await;
         assert_eq!(claim(s, &g, "q", "A", 100, 60, secs(3)).await.len(), 10);
+        // Occurrences with an overlap policy (each of its own schedule here) count against the
+        // same limits: with 10 running and a tenant limit of 12, two more are claimed.
+        insert(
+            s,
+            &g,
+            (0..5)
+                .map(|i| NewOccurrence {
+                    schedule_id: ScheduleId(Uuid::now_v7()),
+                    overlap: campanile_core::Overlap::SkipIfRunning,
+                    ..new_occ(&g, "q3", at(i), 3)
+                })
+                .collect(),
+        )
+        .await;
+        s.tenant_quota_set(TenantQuota {
+            tenant: g.tenant,
+            max_running: Some(12),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        assert_eq!(claim(s, &g, "q3", "A", 10, 60, secs(3)).await.len(), 2);
+        assert!(claim(s, &g, "q3", "A", 10, 60, secs(3)).await.is_empty());
+        // And a queue limit alone caps them too.
+        s.tenant_quota_set(TenantQuota {
+            tenant: g.tenant,
+            max_running: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        s.queue_limit_set(g.tenant, "q3", Some(3)).await.unwrap();
+        assert_eq!(claim(s, &g, "q3", "A", 10, 60, secs(3)).await.len(), 1);
+        assert!(claim(s, &g, "q3", "A", 10, 60, secs(3)).await.is_empty());
     });
 }
 
