@@ -114,7 +114,9 @@ impl SqliteStore {
         let mut conn = Connection::open(&path).map_err(db_err)?;
         configure(&conn)?;
         migrate::apply(&mut conn)?;
-        let writer = writer::Writer::start(conn, opts.max_group)?;
+        let checkpoints = Connection::open(&path).map_err(db_err)?;
+        configure(&checkpoints)?;
+        let writer = writer::Writer::start(conn, checkpoints, opts.max_group)?;
         let readers = pool::ReadPool::new(path.clone());
         Ok(SqliteStore {
             inner: Arc::new(Inner {
