@@ -256,7 +256,12 @@ async fn limited_claim(
     let tx = c.transaction().await.map_err(pg_err)?;
     let mut allowed = i64::from(p.max);
     if let Some(limit) = tenant_limit {
-        execute(&tx, "SELECT pg_advisory_xact_lock(hashtextextended('campanile/tenant/' || $1::text, 0))", &[&p.tenant.0.to_string()]).await?;
+        execute(
+            &tx,
+            "SELECT pg_advisory_xact_lock(hashtextextended('campanile/tenant/' || $1::text, 0))",
+            &[&p.tenant.0.to_string()],
+        )
+        .await?;
         let running: i64 = query(
             &tx,
             "SELECT count(*) FROM occurrences WHERE tenant_id = $1 AND state = 'RUNNING'",
@@ -287,7 +292,9 @@ async fn limited_claim(
         Vec::new()
     };
     // Overlap-constrained occurrences count against the same limits, under the same locks.
-    let room = usize::try_from(allowed).unwrap_or(0).saturating_sub(got.len());
+    let room = usize::try_from(allowed)
+        .unwrap_or(0)
+        .saturating_sub(got.len());
     let mut skipped = 0;
     if room > 0 {
         let (more, s) = claim_constrained(&tx, p, now, lease_until, room).await?;
@@ -329,7 +336,8 @@ fn claim_sql(pick: &str, owner: &str, now: &str, lease_until: &str, select: &str
 }
 
 /// The final `SELECT` of a claim that returns only the claimed occurrences.
-const CLAIMED_ROWS: &str = "SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts, payload
+const CLAIMED_ROWS: &str =
+    "SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts, payload
            FROM claimed ORDER BY available_at, seq";
 
 /// The CTEs that pick a worker's occurrences: due or lease-expired occurrences of one queue
@@ -753,7 +761,14 @@ async fn finish_successes(c: &Client, p: &OccurrenceFinishMany) -> R<Vec<Ack>> {
     let rows = query(
         c,
         FINISH_SUCCESSES,
-        &[&p.tenant.0, &ids, &epochs, &results, &now_override, &p.worker_id],
+        &[
+            &p.tenant.0,
+            &ids,
+            &epochs,
+            &results,
+            &now_override,
+            &p.worker_id,
+        ],
     )
     .await?;
     let mut found: HashMap<Uuid, (FenceView, bool)> = HashMap::with_capacity(rows.len());

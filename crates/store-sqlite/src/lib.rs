@@ -49,6 +49,9 @@ pub struct SqliteOptions {
     pub clock: Arc<dyn Clock>,
     /// Most jobs the writer folds into one transaction.
     pub max_group: usize,
+    /// WAL pages beyond which the writer checkpoints what the background checkpointer has
+    /// not copied yet, so that the WAL starts over from its beginning (its size on disk).
+    pub wal_restart_pages: i64,
 }
 
 impl Default for SqliteOptions {
@@ -56,6 +59,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             clock: Arc::new(SystemClock),
             max_group: 512,
+            wal_restart_pages: 4096,
         }
     }
 }
@@ -116,7 +120,8 @@ impl SqliteStore {
         migrate::apply(&mut conn)?;
         let checkpoints = Connection::open(&path).map_err(db_err)?;
         configure(&checkpoints)?;
-        let writer = writer::Writer::start(conn, checkpoints, opts.max_group)?;
+        let writer =
+            writer::Writer::start(conn, checkpoints, opts.max_group, opts.wal_restart_pages)?;
         let readers = pool::ReadPool::new(path.clone());
         Ok(SqliteStore {
             inner: Arc::new(Inner {

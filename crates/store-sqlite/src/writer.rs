@@ -28,11 +28,13 @@ impl Writer {
         conn: Connection,
         checkpoints: Connection,
         max_group: usize,
+        restart_pages: i64,
     ) -> Result<Writer, StoreError> {
-        // The writer no longer checkpoints every ~4 MiB of WAL itself — on the planner's path that
-        // was ~8% of its time (BENCHMARKS.md). Its own checkpoint stays as a backstop, should
-        // the checkpointer ever fall far behind.
-        conn.pragma_update(None, "wal_autocheckpoint", BACKSTOP_PAGES)
+        // The checkpointer copies the WAL into the database file off this thread — on the
+        // writer, every ~4 MiB of WAL, that was ~8% of its time in `bench plan`
+        // (BENCHMARKS.md). The writer's own checkpoint, past `restart_pages`, only copies what
+        // the checkpointer has not yet, and lets the next transaction start the WAL over.
+        conn.pragma_update(None, "wal_autocheckpoint", restart_pages)
             .map_err(db_err)?;
         let (wrote, written) = mpsc::sync_channel::<()>(1);
         thread::Builder::new()
@@ -76,17 +78,15 @@ impl Writer {
     }
 }
 
-/// WAL pages after which the writer checkpoints by itself (128 MiB at 4 KiB pages).
-const BACKSTOP_PAGES: i64 = 32_768;
-
 /// How often, at most, the checkpointer runs while writes keep coming.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
 /// Copies committed WAL frames into the database file behind the writer (a `PASSIVE`
-/// checkpoint: it never blocks the writer or readers), woken by the writer's commits and
-/// at most every [`CHECKPOINT_EVERY`]. Once the WAL is wholly copied and no reader needs it,
-/// the writer's next transaction starts it again from the beginning, so it stays small.
-/// Ends, after a last checkpoint, when the writer stops.
+/// checkpoint, which never blocks the writer or readers), woken by the writer's commits and
+/// at most every [`CHECKPOINT_EVERY`]. While writes keep coming it never quite catches up,
+/// so it cannot make the WAL start over; the writer's own checkpoint, past its threshold,
+/// does that, and finds little left to copy. Ends, after a last checkpoint, when the writer
+/// stops.
 fn checkpointer(conn: &Connection, written: &mpsc::Receiver<()>) {
     let mut last = Instant::now();
     loop {
