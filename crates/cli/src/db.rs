@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use campanile_store::Store;
+use campanile_store::{Store, StoreError};
 use campanile_store_postgres::{PgOptions, PgStore};
 use campanile_store_sqlite::SqliteStore;
 
@@ -28,12 +28,21 @@ pub(crate) async fn open(
             },
         )
         .await
-        .map_err(|e| CliError::runtime(format!("cannot open {}: {e}", redact(database))))?;
+        .map_err(|e| open_error(format!("cannot open {}: {e}", redact(database)), &e))?;
         Ok(Arc::new(store))
     } else {
         let store = SqliteStore::open(database)
-            .map_err(|e| CliError::runtime(format!("cannot open {database}: {e}")))?;
+            .map_err(|e| open_error(format!("cannot open {database}: {e}"), &e))?;
         Ok(Arc::new(store))
+    }
+}
+
+/// A store that cannot be opened: a malformed URL or name is the user's input (exit 2); an
+/// unreachable or failing database is the environment (1).
+fn open_error(message: String, e: &StoreError) -> CliError {
+    match e {
+        StoreError::Invalid(_) => CliError::usage(message),
+        _ => CliError::runtime(message),
     }
 }
 

@@ -65,6 +65,16 @@ impl CliError {
             message: message.into(),
         }
     }
+
+    /// A failed connection to NATS: a malformed URL or rejected credentials are the user's
+    /// input (2); a server that does not answer is the environment (1), as for the database.
+    pub(crate) fn nats(e: &campanile_relay::RelayError) -> CliError {
+        let message = format!("{e} (check --nats-url)");
+        match e {
+            campanile_relay::RelayError::Refused { .. } => CliError::usage(message),
+            _ => CliError::runtime(message),
+        }
+    }
 }
 
 /// Runs a command's async body on a multi-threaded runtime (`serve` and the benchmarks).

@@ -153,7 +153,7 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         Some(url) => {
             let client = campanile_relay::connect(url)
                 .await
-                .map_err(|e| CliError::usage(format!("{e} (check --nats-url)")))?;
+                .map_err(|e| CliError::nats(&e))?;
             let relay = campanile_relay::Relay::new(
                 Arc::clone(&store),
                 client,

@@ -105,7 +105,7 @@ fn preview_table_marks_dst_decisions() {
 
 #[test]
 fn bad_input_exits_2_with_one_line_on_stderr() {
-    let cases: [&[&str]; 8] = [
+    let cases: [&[&str]; 9] = [
         &["preview", "--cron", "0 25 * * *", "--tz", "UTC"],
         &["preview", "--cron", "0 0 30 2 *", "--tz", "UTC"],
         &["preview", "--cron", "0 0 * * *", "--tz", "Mars/Base"],
@@ -121,7 +121,34 @@ fn bad_input_exits_2_with_one_line_on_stderr() {
             "--occurrences",
             "0",
         ],
-        // Nothing listens on the discard port: an unreachable NATS is the user's to fix.
+        // Not a NATS URL at all.
+        &[
+            "bench",
+            "relay",
+            "--nats-url",
+            "nats://127.0.0.1:notaport",
+            "--occurrences",
+            "10",
+        ],
+        // Not a PostgreSQL URL either.
+        &[
+            "bench",
+            "store",
+            "--backend",
+            "postgres",
+            "--database",
+            "postgres://127.0.0.1:notaport/test",
+        ],
+    ];
+    for args in cases {
+        let o = campanile(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{args:?}");
+        assert!(!stderr(&o).trim().is_empty(), "{args:?}");
+    }
+    // Nothing listens on the discard port: an unreachable server is the environment, exit 1,
+    // for NATS as for the database.
+    let unreachable: [&[&str]; 2] = [
         &[
             "bench",
             "relay",
@@ -130,11 +157,18 @@ fn bad_input_exits_2_with_one_line_on_stderr() {
             "--occurrences",
             "10",
         ],
+        &[
+            "bench",
+            "store",
+            "--backend",
+            "postgres",
+            "--database",
+            "postgres://postgres@127.0.0.1:9/test",
+        ],
     ];
-    for args in cases {
+    for args in unreachable {
         let o = campanile(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stdout(&o).is_empty(), "{args:?}");
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
         assert!(!stderr(&o).trim().is_empty(), "{args:?}");
     }
     let o = campanile(&["preview", "--cron", "0 25 * * *"]);

@@ -341,7 +341,7 @@ fn serve_refuses_to_start_with_an_unreachable_nats() {
     let out = serve_command(&dir, port, &["--nats-url", &nats])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot connect to NATS"), "{stderr}");
 }

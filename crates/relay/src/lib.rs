@@ -41,6 +41,14 @@ pub enum RelayError {
         /// Why.
         message: String,
     },
+    /// The URL, its credentials or its TLS settings are wrong: trying again will not help.
+    #[error("cannot connect to NATS at {url}: {message}")]
+    Refused {
+        /// The URL tried.
+        url: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Relay settings.
@@ -103,9 +111,15 @@ pub async fn connect(url: &str) -> Result<async_nats::Client, RelayError> {
         .connection_timeout(Duration::from_secs(5))
         .connect(url)
         .await
-        .map_err(|e| RelayError::Connect {
-            url: url.to_string(),
-            message: e.to_string(),
+        .map_err(|e| {
+            use async_nats::ConnectErrorKind as K;
+            let (url, message) = (url.to_string(), e.to_string());
+            match e.kind() {
+                K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls => {
+                    RelayError::Refused { url, message }
+                }
+                _ => RelayError::Connect { url, message },
+            }
         })
 }
 

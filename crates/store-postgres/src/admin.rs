@@ -93,10 +93,13 @@ pub(crate) async fn api_key_revoke(
 }
 
 pub(crate) async fn schedule_list(c: &Client, p: ScheduleList) -> R<Vec<ScheduleRecord>> {
+    // The cursor as an index range whatever the plan (a generic plan cannot turn
+    // `$2 IS NULL OR id > $2` into one, and would read every page from the tenant's first).
     let ids: Vec<Uuid> = query(
         c,
         "SELECT s.id FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-          WHERE s.tenant_id = $1 AND ($2::uuid IS NULL OR s.id > $2) AND ($3::text IS NULL OR s.state = $3)
+          WHERE s.tenant_id = $1 AND s.id > COALESCE($2::uuid, '00000000-0000-0000-0000-000000000000')
+            AND ($3::text IS NULL OR s.state = $3)
             AND ($4::text IS NULL OR v.queue = $4)
           ORDER BY s.id LIMIT $5",
         &[&p.tenant.0, &p.after.map(|a| a.0), &p.state.map(|st| st.as_str()), &p.queue, &i64::from(p.limit)],

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use campanile_store::*;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use jiff::Timestamp;
 
 pub use migrate::MIGRATIONS;
@@ -77,6 +77,22 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
     }
 }
 
+/// Every statement is prepared once per connection and is shaped for one plan; planning it
+/// again at each execution (PostgreSQL's choice for most of them under `plan_cache_mode =
+/// auto`) cost a third of the database's time at batch size 1 (docs/DESIGN.md, "Why generic
+/// plans"). Set per session after connecting, rather than as a startup option, which
+/// connection poolers such as PgBouncer refuse; a server that does not know the setting
+/// (before PostgreSQL 12) keeps its default.
+async fn generic_plans_on(client: &mut deadpool_postgres::ClientWrapper) -> Result<(), HookError> {
+    if let Err(e) = client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+    {
+        tracing::warn!(error = %e, "cannot set plan_cache_mode; statements keep the server's default");
+    }
+    Ok(())
+}
+
 pub(crate) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => pg_err(e),
@@ -112,22 +128,21 @@ impl PgStore {
     pub async fn connect_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
         let mut cfg = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL: {e}")))?;
-        // Every statement is prepared once per connection and is shaped for one plan; planning
-        // it again on each execution (PostgreSQL's choice for most of them) cost a third of the
-        // database's time at batch size 1 (docs/DESIGN.md, "Why generic plans"). Options in the
-        // URL come after, so a deployment can still override it.
-        let mut options = String::from("-c plan_cache_mode=force_generic_plan");
-        if let Some(theirs) = cfg.get_options() {
-            options.push(' ');
-            options.push_str(theirs);
-        }
         if let Some(schema) = &opts.schema {
             if !valid_schema(schema) {
                 return Err(StoreError::Invalid(format!("bad schema name '{schema}'")));
             }
-            options.push_str(&format!(" -c search_path={schema}"));
+            // After any options the URL carries, not instead of them.
+            let options = match cfg.get_options() {
+                Some(theirs) => format!("{theirs} -c search_path={schema}"),
+                None => format!("-c search_path={schema}"),
+            };
+            cfg.options(options);
         }
-        cfg.options(options);
+        // A URL whose options set plan_cache_mode keeps its choice.
+        let generic_plans = !cfg
+            .get_options()
+            .is_some_and(|o| o.contains("plan_cache_mode"));
         cfg.application_name("campanile");
         let mgr = Manager::from_config(
             cfg,
@@ -136,8 +151,13 @@ impl PgStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(mgr)
-            .max_size(opts.pool_size.max(1))
+        let mut pool = Pool::builder(mgr).max_size(opts.pool_size.max(1));
+        if generic_plans {
+            pool = pool.post_create(Hook::async_fn(|client, _| {
+                Box::pin(generic_plans_on(client))
+            }));
+        }
+        let pool = pool
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot build the connection pool: {e}")))?;
         let store = PgStore {

@@ -716,7 +716,11 @@ fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
 /// Successes in one statement: `clk` is the instant (the database's clock, or `$5`); `cur`
 /// locks and reads the tenant's occurrences named by the batch (`$2` ids, `$3` epochs sent,
 /// `$4` results); `upd` writes SUCCEEDED where the fence holds (RUNNING, owner `$6`, the epoch
-/// sent, lease not passed) and `att` closes those attempts. One row per occurrence found
+/// sent, lease not passed) and `att` closes those attempts. The fence is tested on `cur`, the
+/// rows as locked — their latest committed versions, which nobody can change before this
+/// transaction ends — not on `o` as the statement's snapshot saw it: a renewal committed
+/// between the snapshot and the lock must count, as it does for the shared fence's
+/// explanation. One row per occurrence found
 /// (none found: one row of NULLs), each with its fence columns as read, the instant, and
 /// whether it was written.
 const FINISH_SUCCESSES: &str = "
@@ -733,8 +737,8 @@ const FINISH_SUCCESSES: &str = "
              UPDATE occurrences o
                 SET state = 'SUCCEEDED', result = COALESCE(cur.result, o.result), finished_at = clk.now
                FROM cur, clk
-              WHERE o.seq = cur.seq AND o.state = 'RUNNING' AND o.owner = $6 AND o.epoch = cur.sent
-                AND o.lease_until > clk.now
+              WHERE o.seq = cur.seq AND cur.state = 'RUNNING' AND cur.owner = $6 AND cur.epoch = cur.sent
+                AND cur.lease_until > clk.now
              RETURNING o.seq, o.epoch),
          att AS (
              UPDATE attempts a SET outcome = 'succeeded', finished_at = clk.now, error_class = NULL, error_message = NULL
@@ -902,6 +906,31 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
             &[&seqs, &epochs, &outcomes, &now, &classes, &messages],
         )
         .await?;
+        // Failed attempts of relayed occurrences: their outbox rows may have been put off to
+        // the lease's end by another relay's scan while in flight; due again at the retry
+        // instant (or now, to settle a dead one).
+        let (retime_ids, retime_ats): (Vec<Uuid>, Vec<i64>) = plans
+            .iter()
+            .filter(|(_, seq, pl)| pl.outcome == AttemptOutcome::Failed && written.contains(seq))
+            .map(|(i, _, pl)| {
+                let at = if pl.state == OccurrenceState::RetryWait {
+                    pl.available_at
+                } else {
+                    now
+                };
+                (p.items[*i].lease.occurrence_id.0, at)
+            })
+            .unzip();
+        if !retime_ids.is_empty() {
+            execute(
+                &tx,
+                "UPDATE outbox o SET available_at = u.at
+                   FROM unnest($1::uuid[], $2::int8[]) AS u(id, at)
+                  WHERE o.occurrence_id = u.id AND o.settled_at IS NULL",
+                &[&retime_ids, &retime_ats],
+            )
+            .await?;
+        }
         for (i, seq, _) in &plans {
             if written.contains(seq) {
                 acks[*i].rows = 1;

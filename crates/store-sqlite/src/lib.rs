@@ -115,6 +115,13 @@ impl SqliteStore {
         opts: SqliteOptions,
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
+        if opts.wal_restart_pages <= 0 {
+            // Zero or less would turn the writer's checkpoint off: the WAL would grow forever.
+            return Err(StoreError::Invalid(format!(
+                "wal_restart_pages must be positive, not {}",
+                opts.wal_restart_pages
+            )));
+        }
         let mut conn = Connection::open(&path).map_err(db_err)?;
         configure(&conn)?;
         migrate::apply(&mut conn)?;

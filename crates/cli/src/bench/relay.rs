@@ -58,7 +58,7 @@ pub(crate) fn run(args: RelayArgs) -> Result<(), CliError> {
 async fn run_async(args: RelayArgs) -> Result<(), CliError> {
     let client = campanile_relay::connect(&args.nats_url)
         .await
-        .map_err(|e| CliError::usage(format!("{e} (check --nats-url)")))?;
+        .map_err(|e| CliError::nats(&e))?;
     let bench_db = args.common.open("bench.db").await?;
     let js = jetstream::new(client.clone());
     let id = uuid::Uuid::now_v7().simple().to_string();

@@ -160,7 +160,12 @@ pub fn relay_retries_settles_cancels_and_reopens_on_redrive(rt: &Runtime, h: Har
         assert!(c.accepted());
         let got = relay(s, "relay-1", 10, 5, secs(20)).await;
         assert_eq!(relayed_ids(&got), vec![ids[0]]);
-        // A transient publish failure backs off; the relay does not see it before its time.
+        // Another relay's scan finds it in flight, and puts its outbox row off to the lease's
+        // end (25 s).
+        let in_flight = at(20_500);
+        assert!(relay(s, "relay-2", 10, 5, in_flight).await.is_empty());
+        // A transient publish failure backs off; the relay does not see it before its time,
+        // nor after it (the retry instant comes before the lease's end).
         let failed = Finish::Failed {
             class: ErrorClass::Transient,
             message: "no stream for subject".into(),
