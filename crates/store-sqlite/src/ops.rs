@@ -817,33 +817,24 @@ fn finish_one(
     // A success needs nothing from the row but the fence itself: write first, conditionally,
     // and read the row only to explain a refusal (the slow path below).
     if let Finish::Succeeded { result } = &item.finish {
-        let seq: Option<i64> = c
-            .prepare_cached("SELECT seq FROM occurrences WHERE id = ?1 AND tenant_id = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![id.0, tenant.0], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(db_err)?;
-        let Some(seq) = seq else {
-            return Ok(refused(id, Conflict::NotFound));
-        };
         let rows = c
             .prepare_cached(
                 "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2
-                  WHERE seq = ?3 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5 AND lease_until > ?2",
+                  WHERE id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5
+                    AND lease_until > ?2",
             )
-            .and_then(|mut s| s.execute(params![result, now, seq, worker, item.lease.epoch]))
+            .and_then(|mut s| {
+                s.execute(params![result, now, id.0, worker, item.lease.epoch, tenant.0])
+            })
             .map_err(db_err)?;
         if rows == 1 {
-            close_attempt(
-                c,
-                seq,
-                item.lease.epoch,
-                AttemptOutcome::Succeeded,
-                now,
-                None,
-                None,
-            )?;
+            c.prepare_cached(
+                "UPDATE attempts SET outcome = 'succeeded', finished_at = ?3, error_class = NULL,
+                        error_message = NULL
+                  WHERE occurrence_seq = (SELECT seq FROM occurrences WHERE id = ?1) AND epoch = ?2",
+            )
+            .and_then(|mut s| s.execute(params![id.0, item.lease.epoch, now]))
+            .map_err(db_err)?;
             return Ok(Ack {
                 occurrence_id: id,
                 rows: 1,
