@@ -18,23 +18,6 @@ pub(crate) struct Env {
     _guard: Box<dyn std::any::Any + Send + Sync>,
 }
 
-struct DropSchema(PgStore);
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        let store = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                let _ = rt.block_on(store.drop_schema());
-            }
-        })
-        .join();
-    }
-}
-
 pub(crate) async fn sqlite() -> Option<Env> {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("planner.db")).unwrap());
@@ -100,7 +83,7 @@ pub(crate) async fn postgres_named() -> Option<(Env, String)> {
         Env {
             store,
             tenant,
-            _guard: Box::new(DropSchema(pg)),
+            _guard: Box::new(pg.drop_schema_on_drop()),
         },
         schema,
     ))
@@ -133,7 +116,7 @@ pub(crate) async fn postgres() -> Option<Env> {
     Some(Env {
         store,
         tenant,
-        _guard: Box::new(DropSchema(pg)),
+        _guard: Box::new(pg.drop_schema_on_drop()),
     })
 }
 

@@ -22,23 +22,6 @@ fn at(s: i64) -> Timestamp {
     Timestamp::from_millisecond(T0 + s * 1000).unwrap()
 }
 
-struct DropSchema(PgStore);
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        let store = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                let _ = rt.block_on(store.drop_schema());
-            }
-        })
-        .join();
-    }
-}
-
 /// A store, a NATS client, a stream over a fresh subject prefix, and what keeps them alive.
 struct Env {
     store: Arc<dyn Store>,
@@ -75,7 +58,7 @@ impl Env {
                 )
                 .await
                 .unwrap();
-                (Arc::new(pg.clone()), Box::new(DropSchema(pg)))
+                (Arc::new(pg.clone()), Box::new(pg.drop_schema_on_drop()))
             }
         };
         let client = campanile_relay::connect(&nats).await.unwrap();

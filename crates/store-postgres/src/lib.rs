@@ -93,6 +93,28 @@ async fn generic_plans_on(client: &mut deadpool_postgres::ClientWrapper) -> Resu
     Ok(())
 }
 
+/// Drops its store's schema when dropped ([`PgStore::drop_schema_on_drop`]). Failures are
+/// ignored: it runs during unwinding too.
+#[derive(Debug)]
+pub struct SchemaGuard(PgStore);
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        let store = self.0.clone();
+        // A fresh runtime on a plain thread: the drop may run inside another runtime, which
+        // cannot be blocked on.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                let _ = rt.block_on(store.drop_schema());
+            }
+        })
+        .join();
+    }
+}
+
 pub(crate) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => pg_err(e),
@@ -191,6 +213,13 @@ impl PgStore {
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .await
             .map_err(pg_err)
+    }
+
+    /// A guard that drops this store's schema when it goes out of scope — for tests, which
+    /// use one schema each and must not leave it behind when an assertion fails.
+    #[must_use]
+    pub fn drop_schema_on_drop(&self) -> SchemaGuard {
+        SchemaGuard(self.clone())
     }
 
     /// Bytes on disk of the tables of this store's schema (the connection's current

@@ -6,25 +6,6 @@ use std::sync::Arc;
 use campanile_store::conformance::Harness;
 use campanile_store_postgres::{PgOptions, PgStore};
 
-/// Drops the test's schema when the test ends.
-struct DropSchema(PgStore);
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        let store = self.0.clone();
-        // A fresh runtime on a plain thread: Drop may run inside another runtime.
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                let _ = rt.block_on(store.drop_schema());
-            }
-        })
-        .join();
-    }
-}
-
 async fn postgres() -> Option<Harness> {
     let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
         eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL conformance)");
@@ -42,7 +23,7 @@ async fn postgres() -> Option<Harness> {
     .expect("connect to PostgreSQL");
     Some(Harness {
         store: Arc::new(store.clone()),
-        guard: Box::new(DropSchema(store)),
+        guard: Box::new(store.drop_schema_on_drop()),
     })
 }
 
