@@ -906,20 +906,11 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
             &[&seqs, &epochs, &outcomes, &now, &classes, &messages],
         )
         .await?;
-        // Failed attempts of relayed occurrences: their outbox rows may have been put off to
-        // the lease's end by another relay's scan while in flight; due again at the retry
-        // instant (or now, to settle a dead one).
+        // Outbox rows of relayed occurrences that failed (`FinishPlan::outbox_due`).
         let (retime_ids, retime_ats): (Vec<Uuid>, Vec<i64>) = plans
             .iter()
-            .filter(|(_, seq, pl)| pl.outcome == AttemptOutcome::Failed && written.contains(seq))
-            .map(|(i, _, pl)| {
-                let at = if pl.state == OccurrenceState::RetryWait {
-                    pl.available_at
-                } else {
-                    now
-                };
-                (p.items[*i].lease.occurrence_id.0, at)
-            })
+            .filter(|(_, seq, _)| written.contains(seq))
+            .filter_map(|(i, _, pl)| Some((p.items[*i].lease.occurrence_id.0, pl.outbox_due(now)?)))
             .unzip();
         if !retime_ids.is_empty() {
             execute(

@@ -878,15 +878,7 @@ fn finish_one(
         // Cannot happen under the single writer; answer honestly if it ever does.
         return Ok(refused(id, Conflict::WrongState { state: view.state }));
     }
-    if plan.outcome == AttemptOutcome::Failed {
-        // A relayed occurrence's outbox row may have been put off to the lease's end by another
-        // relay's scan while it was in flight: due again at the retry instant (or now, to
-        // settle a dead one), not when the lease would have ended.
-        let at = if plan.state == OccurrenceState::RetryWait {
-            plan.available_at
-        } else {
-            now
-        };
+    if let Some(at) = plan.outbox_due(now) {
         c.prepare_cached(
             "UPDATE outbox SET available_at = ?1 WHERE occurrence_id = ?2 AND settled_at IS NULL",
         )

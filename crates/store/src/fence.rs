@@ -157,6 +157,22 @@ pub fn plan(
     })
 }
 
+impl FinishPlan {
+    /// When the outbox row of a relayed occurrence is due again after this write, if it must
+    /// move. While the occurrence was in flight, a relay's scan may have put the row off to the
+    /// lease's end; a failure makes it due at the retry instant, or now for a dead letter, so
+    /// that a short back-off is not stretched to the lease. A success needs nothing: the row
+    /// settles whenever a relay next meets it.
+    #[must_use]
+    pub fn outbox_due(&self, now: i64) -> Option<i64> {
+        match (self.outcome, self.state) {
+            (AttemptOutcome::Failed, OccurrenceState::RetryWait) => Some(self.available_at),
+            (AttemptOutcome::Failed, _) => Some(now),
+            _ => None,
+        }
+    }
+}
+
 impl FenceView {
     /// The view after `plan` was written (for a later item of the same batch).
     pub fn apply(&mut self, plan: &FinishPlan) {
