@@ -464,7 +464,7 @@ pub struct AttemptOut {
     /// Claimed at.
     #[schema(value_type = String, format = DateTime)]
     pub started_at: Timestamp,
-    /// Lease end at claim time.
+    /// End of the last lease granted to this attempt: its claim's, or its last renewal's.
     #[schema(value_type = String, format = DateTime)]
     pub lease_until: Timestamp,
     /// Ended at.

@@ -306,27 +306,29 @@ async fn limited_claim(
     Ok(got)
 }
 
-/// A claim statement: `pick` defines the CTE `pick(seq)` of the occurrences to claim (locked
-/// by it or by the caller), after any CTEs it needs; the rest claims them — new epoch, the
-/// claimer as owner, the lease, the previous attempt closed and a new one opened — into the CTE
-/// `claimed` (the claimed occurrences with their payloads). `owner`, `now` and `lease_until`
-/// are the statement's expressions for those values; `select` is the statement's final
-/// `SELECT`. Every PostgreSQL claim goes through this one text.
+/// A claim statement: `pick` defines the CTE `pick(seq, lost_epoch, lost_owner, lost_started,
+/// lost_lease)` of the occurrences to claim (locked by it or by the caller), after any CTEs it
+/// needs; the `lost_` columns are those of the attempt being taken over, read from the row as
+/// locked, when it is still `RUNNING` under an expired lease (else NULL). The rest records
+/// those lost attempts and claims the occurrences — new epoch, the claimer as owner, the lease
+/// — into the CTE `claimed` (the claimed occurrences with their payloads). The new attempt is
+/// not a row of its own: the occurrence row holds it ([`OccurrenceDetail::assemble`]).
+/// `owner`, `now` and `lease_until` are the statement's expressions for those values; `select`
+/// is the statement's final `SELECT`. Every PostgreSQL claim goes through this one text.
 fn claim_sql(pick: &str, owner: &str, now: &str, lease_until: &str, select: &str) -> String {
     format!(
         "WITH {pick},
+         lost AS (
+             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
+             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, {now}, 'lease_expired'
+               FROM pick WHERE lost_epoch IS NOT NULL
+             {RECORD_ATTEMPT_CONFLICT}),
          upd AS (
              UPDATE occurrences o
                 SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
                     lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false
                FROM pick WHERE o.seq = pick.seq
              RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
-         prev AS (
-             UPDATE attempts a SET outcome = 'lease_expired', finished_at = {now}
-               FROM upd WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch - 1 AND a.outcome = 'running'),
-         ins AS (
-             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
-             SELECT seq, epoch, {owner}, {now}, {lease_until}, 'running' FROM upd),
          claimed AS (
              SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
                     upd.attempts, v.payload, upd.seq
@@ -347,19 +349,22 @@ const CLAIMED_ROWS: &str =
 fn worker_pick(now: &str, gate: &str) -> String {
     format!(
         "ready AS (
-             SELECT seq, priority, available_at FROM occurrences
+             SELECT seq, priority, available_at, NULL::int8 AS lost_epoch, NULL::text AS lost_owner,
+                    NULL::int8 AS lost_started, NULL::int8 AS lost_lease
+               FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= {now}
                 AND overlap = 0 AND {gate}
               ORDER BY priority DESC, available_at LIMIT $4
               FOR UPDATE SKIP LOCKED),
          expired AS (
-             SELECT seq, priority, available_at FROM occurrences
+             SELECT seq, priority, available_at, epoch, owner, claimed_at, lease_until FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= {now}
                 AND attempts < max_attempts AND overlap = 0 AND {gate}
               ORDER BY lease_until LIMIT $4
               FOR UPDATE SKIP LOCKED),
          pick AS (
-             SELECT seq FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
+             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease
+               FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
               ORDER BY priority DESC, available_at, seq LIMIT $4)"
     )
 }
@@ -398,11 +403,15 @@ static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(&worker_pick("$3", "true"), "$5", "$3", "$6", CLAIMED_ROWS)
 });
 
-/// The claim of occurrences already chosen and locked by the caller's transaction.
-/// `$1` their seqs, `$2` owner, `$3` now, `$4` lease end.
+/// The claim of occurrences already chosen and locked by the caller's transaction (so this
+/// statement's snapshot sees them as locked). `$1` their seqs, `$2` owner, `$3` now, `$4`
+/// lease end.
 static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
-        "pick AS (SELECT unnest($1::int8[]) AS seq)",
+        "pick AS (
+             SELECT seq, CASE WHEN state = 'RUNNING' THEN epoch END AS lost_epoch, owner AS lost_owner,
+                    claimed_at AS lost_started, lease_until AS lost_lease
+               FROM occurrences WHERE seq = ANY($1::int8[]))",
         "$2",
         "$3",
         "$4",
@@ -716,7 +725,8 @@ fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
 /// Successes in one statement: `clk` is the instant (the database's clock, or `$5`); `cur`
 /// locks and reads the tenant's occurrences named by the batch (`$2` ids, `$3` epochs sent,
 /// `$4` results); `upd` writes SUCCEEDED where the fence holds (RUNNING, owner `$6`, the epoch
-/// sent, lease not passed) and `att` closes those attempts. The fence is tested on `cur`, the
+/// sent, lease not passed); the attempts that succeeded stay on their occurrence rows
+/// ([`OccurrenceDetail::assemble`]), so no attempt row is written. The fence is tested on `cur`, the
 /// rows as locked — their latest committed versions, which nobody can change before this
 /// transaction ends — not on `o` as the statement's snapshot saw it: a renewal committed
 /// between the snapshot and the lock must count, as it does for the shared fence's
@@ -739,10 +749,7 @@ const FINISH_SUCCESSES: &str = "
                FROM cur, clk
               WHERE o.seq = cur.seq AND cur.state = 'RUNNING' AND cur.owner = $6 AND cur.epoch = cur.sent
                 AND cur.lease_until > clk.now
-             RETURNING o.seq, o.epoch),
-         att AS (
-             UPDATE attempts a SET outcome = 'succeeded', finished_at = clk.now, error_class = NULL, error_message = NULL
-               FROM upd, clk WHERE a.occurrence_seq = upd.seq AND a.epoch = upd.epoch)
+             RETURNING o.seq, o.epoch)
     SELECT cur.seq, cur.id, cur.state, cur.owner, cur.epoch, cur.lease_until, cur.available_at, cur.attempts,
            cur.max_attempts, cur.backoff_initial_ms, cur.backoff_max_ms, clk.now, upd.seq IS NOT NULL
       FROM clk LEFT JOIN (cur LEFT JOIN upd ON upd.seq = cur.seq) ON true";
@@ -898,12 +905,21 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
         )
         .await?;
         let written: std::collections::HashSet<i64> = written.iter().map(|r| r.get(0)).collect();
+        // The attempts that ended otherwise than in success get their rows, from the occurrence
+        // rows just written (a success stays on its occurrence row).
         execute(
             &tx,
-            "UPDATE attempts a SET outcome = u.outcome, finished_at = $4, error_class = u.class, error_message = u.message
-               FROM unnest($1::int8[], $2::int8[], $3::text[], $5::text[], $6::text[]) AS u(seq, epoch, outcome, class, message)
-              WHERE a.occurrence_seq = u.seq AND a.epoch = u.epoch",
-            &[&seqs, &epochs, &outcomes, &now, &classes, &messages],
+            &format!(
+                "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at,
+                                       outcome, error_class, error_message)
+                 SELECT o.seq, o.epoch, o.owner, o.claimed_at, o.lease_until, $4, u.outcome, u.class, u.message
+                   FROM unnest($1::int8[], $2::int8[], $3::text[], $5::text[], $6::text[])
+                        AS u(seq, epoch, outcome, class, message)
+                   JOIN occurrences o ON o.seq = u.seq AND o.epoch = u.epoch
+                  WHERE u.outcome <> 'succeeded' AND o.seq = ANY($7::int8[])
+                 {RECORD_ATTEMPT_CONFLICT}"
+            ),
+            &[&seqs, &epochs, &outcomes, &now, &classes, &messages, &written.iter().copied().collect::<Vec<i64>>()],
         )
         .await?;
         // Outbox rows of relayed occurrences that failed (`FinishPlan::outbox_due`).
@@ -1028,8 +1044,8 @@ pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
     let limit = i64::from(p.limit);
     let rows = query(
         c,
-        "WITH exp AS (
-             SELECT seq, epoch, attempts >= max_attempts AS dead FROM occurrences
+        &format!("WITH exp AS (
+             SELECT seq, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead FROM occurrences
               WHERE state = 'RUNNING' AND lease_until <= $1
               ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED),
          upd AS (
@@ -1040,9 +1056,10 @@ pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
                FROM exp WHERE o.seq = exp.seq
              RETURNING exp.dead),
          att AS (
-             UPDATE attempts a SET outcome = 'lease_expired', finished_at = $1
-               FROM exp WHERE a.occurrence_seq = exp.seq AND a.epoch = exp.epoch AND a.outcome = 'running')
-         SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd",
+             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
+             SELECT seq, epoch, owner, claimed_at, lease_until, $1, 'lease_expired' FROM exp
+             {RECORD_ATTEMPT_CONFLICT})
+         SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd"),
         &[&now, &limit],
     )
     .await?;
@@ -1109,35 +1126,63 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let (seq, occurrence) = occurrence_row(row, now)?;
-    let attempts = query(
-        c,
-        "SELECT epoch, owner, started_at, lease_until, finished_at, outcome, error_class, error_message
-           FROM attempts WHERE occurrence_seq = $1 ORDER BY epoch",
-        &[&seq],
-    )
-    .await?
-    .iter()
-    .map(|r| {
-        let outcome: String = r.get(5);
-        let class: Option<String> = r.get(6);
-        Ok(Attempt {
-            epoch: r.get(0),
-            owner: r.get(1),
-            started_at: ts(r.get(2))?,
-            lease_until: ts(r.get(3))?,
-            finished_at: opt_ts(r.get(4))?,
-            outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| StoreError::Database(format!("unknown attempt outcome '{outcome}'")))?,
-            error_class: class.as_deref().and_then(|c| c.parse().ok()),
-            error_message: r.get(7),
+    let (seq, _) = occurrence_row(row, now)?;
+    // The occurrence again, with its attempt rows, in one snapshot: the attempt in progress is
+    // read from the one, the ended ones from the other.
+    let rows = query(c, &OCC_WITH_ATTEMPTS, &[&seq]).await?;
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let (_, occurrence) = occurrence_row(first, now)?;
+    let claimed_at = opt_ts(first.get(19))?;
+    let attempts = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<i64>>(20).is_some())
+        .map(|r| {
+            let outcome: String = r.get(25);
+            let class: Option<String> = r.get(26);
+            Ok(Attempt {
+                epoch: r.get(20),
+                owner: r.get(21),
+                started_at: ts(r.get(22))?,
+                lease_until: ts(r.get(23))?,
+                finished_at: opt_ts(r.get(24))?,
+                outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| {
+                    StoreError::Database(format!("unknown attempt outcome '{outcome}'"))
+                })?,
+                error_class: class.as_deref().and_then(|c| c.parse().ok()),
+                error_message: r.get(27),
+            })
         })
-    })
-    .collect::<R<Vec<_>>>()?;
-    Ok(Some(OccurrenceDetail {
-        occurrence,
-        attempts,
-    }))
+        .collect::<R<Vec<_>>>()?;
+    Ok(Some(OccurrenceDetail::assemble(
+        occurrence, claimed_at, attempts,
+    )))
 }
+
+/// One occurrence (`$1` its seq; [`OCC_COLS`], then `claimed_at`) joined with its attempt rows
+/// (columns 20–27, NULL when it has none), oldest first.
+static OCC_WITH_ATTEMPTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let cols: Vec<String> = OCC_COLS
+        .split(',')
+        .map(|c| format!("o.{}", c.trim()))
+        .collect();
+    format!(
+        "SELECT {}, o.claimed_at, a.epoch, a.owner, a.started_at, a.lease_until, a.finished_at, a.outcome,
+                a.error_class, a.error_message
+           FROM occurrences o LEFT JOIN attempts a ON a.occurrence_seq = o.seq
+          WHERE o.seq = $1 ORDER BY a.epoch",
+        cols.join(", ")
+    )
+});
+
+/// A `running` row for the same attempt, written at claim time by an older version, is
+/// closed in place; any other row for it stands.
+const RECORD_ATTEMPT_CONFLICT: &str = "ON CONFLICT (occurrence_seq, epoch) DO UPDATE
+        SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
+            lease_until = EXCLUDED.lease_until, error_class = EXCLUDED.error_class,
+            error_message = EXCLUDED.error_message
+      WHERE attempts.outcome = 'running'";
 
 pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occurrence>> {
     let now = resolve_now(c, p.now).await?;

@@ -28,3 +28,40 @@ async fn postgres() -> Option<Harness> {
 }
 
 campanile_store::conformance_tests!(postgres);
+
+#[test]
+fn attempts_opened_by_older_versions_end_in_place() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL conformance)");
+        return;
+    };
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let store = rt
+        .block_on(PgStore::connect_with(
+            &url,
+            PgOptions {
+                schema: Some(schema.clone()),
+                pool_size: 4,
+            },
+        ))
+        .expect("connect to PostgreSQL");
+    let h = Harness {
+        store: Arc::new(store.clone()),
+        guard: Box::new(store.drop_schema_on_drop()),
+    };
+    campanile_store::conformance::attempts_opened_by_older_versions_end_in_place(
+        &rt,
+        h,
+        |sql| async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(conn);
+            client
+                .batch_execute(&format!("SET search_path TO {schema}; {sql}"))
+                .await
+                .expect("legacy rows");
+        },
+    );
+}

@@ -234,13 +234,14 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     let mut picked = pending_candidates(c, p, now, false, max)?;
     picked.extend(expired_candidates(c, p, now, false, max)?);
     best_first(&mut picked, max);
+    let reclaims = picked.iter().any(|c| c.running);
     let picked = picked.into_iter().map(|c| c.row).collect();
-    let mut rows = claim_rows(c, &p.worker_id, now, lease_until, picked)?;
+    let mut rows = claim_rows(c, &p.worker_id, now, lease_until, picked, reclaims)?;
     let room = max - rows.len().min(max);
     if room > 0 {
         rows.extend(claim_constrained(c, p, now, lease_until, room)?);
     }
-    finish_claim(c, &p.worker_id, rows, now, lease_until)
+    finish_claim(rows, now, lease_until)
 }
 
 /// A claim candidate: its row as it is before the claim, and what choosing it needs.
@@ -327,17 +328,39 @@ fn best_first(c: &mut Vec<Candidate>, max: usize) {
 /// Claims the picked candidates in one statement (the single writer makes the earlier read
 /// and this write atomic) and returns their rows as they are now. No `RETURNING`: in SQLite it
 /// costs more than the update itself, and the new epoch and attempt count are known.
+///
+/// The new attempts are not rows of their own: the occurrence row holds the attempt in
+/// progress ([`OccurrenceDetail::assemble`]). When `reclaims` says that some picked rows are
+/// still `RUNNING` under an expired lease, their lost attempts are recorded first, from the
+/// occurrence rows that the claim is about to overwrite.
 fn claim_rows(
     c: &Connection,
     worker: &str,
     now: i64,
     lease_until: i64,
     picked: Vec<ClaimRow>,
+    reclaims: bool,
 ) -> R<Vec<ClaimRow>> {
     if picked.is_empty() {
         return Ok(Vec::new());
     }
     let seqs = serde_json::Value::from(picked.iter().map(|r| r.0).collect::<Vec<_>>()).to_string();
+    if reclaims {
+        c.prepare_cached(&format!(
+            "{RECORD_ATTEMPT} WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 'RUNNING'
+             {RECORD_ATTEMPT_CONFLICT}"
+        ))
+        .and_then(|mut s| {
+            s.execute(params![
+                AttemptOutcome::LeaseExpired.as_str(),
+                now,
+                Option::<&str>::None,
+                Option::<&str>::None,
+                seqs
+            ])
+        })
+        .map_err(db_err)?;
+    }
     let updated = c
         .prepare_cached(
             "UPDATE occurrences
@@ -459,6 +482,7 @@ fn claim_constrained(
                     now,
                     lease_until,
                     vec![cand.row],
+                    cand.running,
                 )?);
             }
             fence::OverlapDecision::Wait => {
@@ -478,37 +502,11 @@ fn claim_constrained(
     Ok(out)
 }
 
-/// Closes the previous attempt of re-claimed occurrences and opens the new attempts. Payloads
-/// are joined afterwards, on a reader ([`fill_payloads`]), to keep the single writer short.
-fn finish_claim(
-    c: &Connection,
-    worker: &str,
-    rows: Vec<ClaimRow>,
-    now: i64,
-    lease_until: i64,
-) -> R<Vec<Claimed>> {
-    let mut expire_prev = c
-        .prepare_cached(
-            "UPDATE attempts SET outcome = 'lease_expired', finished_at = ?3
-              WHERE occurrence_seq = ?1 AND epoch = ?2 AND outcome = 'running'",
-        )
-        .map_err(db_err)?;
-    let mut attempt = c
-        .prepare_cached(
-            "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running')",
-        )
-        .map_err(db_err)?;
+/// The claimed rows as the claim answers them. Payloads are joined afterwards, on a reader
+/// ([`fill_payloads`]), to keep the single writer short.
+fn finish_claim(rows: Vec<ClaimRow>, now: i64, lease_until: i64) -> R<Vec<Claimed>> {
     let mut out = Vec::with_capacity(rows.len());
-    for (seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts) in rows {
-        if epoch > 1 {
-            expire_prev
-                .execute(params![seq, epoch - 1, now])
-                .map_err(db_err)?;
-        }
-        attempt
-            .execute(params![seq, epoch, worker, now, lease_until])
-            .map_err(db_err)?;
+    for (_seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts) in rows {
         out.push(Claimed {
             id: OccurrenceId(id),
             schedule_id: ScheduleId(schedule_id),
@@ -642,6 +640,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
         )
         .collect::<R<_>>()?;
     let mut picked: Vec<ClaimRow> = Vec::new();
+    let mut reclaims = false;
     let mut routes = RelayRoutes::new();
     let mut settle = c
         .prepare_cached(
@@ -668,14 +667,15 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
             }
             fence::RelayStep::Claim if picked.len() < p.max as usize => {
                 attempted.execute(params![oseq]).map_err(db_err)?;
+                reclaims |= view.state == OccurrenceState::Running;
                 routes.insert(row.1, (TenantId(tenant), target));
                 picked.push(row);
             }
             fence::RelayStep::Claim => {}
         }
     }
-    let rows = claim_rows(c, &p.node, now, lease_until, picked)?;
-    Relayed::pair(finish_claim(c, &p.node, rows, now, lease_until)?, routes)
+    let rows = claim_rows(c, &p.node, now, lease_until, picked, reclaims)?;
+    Relayed::pair(finish_claim(rows, now, lease_until)?, routes)
 }
 
 pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Renewal>> {
@@ -827,14 +827,8 @@ fn finish_one(
                 s.execute(params![result, now, id.0, worker, item.lease.epoch, tenant.0])
             })
             .map_err(db_err)?;
+        // The attempt that succeeded is the occurrence row's own: no attempt row to write.
         if rows == 1 {
-            c.prepare_cached(
-                "UPDATE attempts SET outcome = 'succeeded', finished_at = ?3, error_class = NULL,
-                        error_message = NULL
-                  WHERE occurrence_seq = (SELECT seq FROM occurrences WHERE id = ?1) AND epoch = ?2",
-            )
-            .and_then(|mut s| s.execute(params![id.0, item.lease.epoch, now]))
-            .map_err(db_err)?;
             return Ok(Ack {
                 occurrence_id: id,
                 rows: 1,
@@ -885,10 +879,9 @@ fn finish_one(
         .and_then(|mut s| s.execute(params![at, id.0]))
         .map_err(db_err)?;
     }
-    close_attempt(
+    record_attempt(
         c,
         seq,
-        item.lease.epoch,
         plan.outcome,
         now,
         plan.error_class,
@@ -905,28 +898,46 @@ fn finish_one(
     })
 }
 
-/// Records how the attempt `(seq, epoch)` ended.
-fn close_attempt(
+/// Writes an attempt row from the occurrence row's current attempt (owner, epoch,
+/// `claimed_at`, lease), ended at `?2` with outcome `?1` and error `?3`/`?4`; the caller adds
+/// which occurrences, then [`RECORD_ATTEMPT_CONFLICT`].
+const RECORD_ATTEMPT: &str =
+    "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at,
+                           outcome, error_class, error_message)
+     SELECT seq, epoch, owner, claimed_at, lease_until, ?2, ?1, ?3, ?4 FROM occurrences";
+
+/// A `running` row for the same attempt, written at claim time by an older version, is
+/// closed in place.
+const RECORD_ATTEMPT_CONFLICT: &str = "ON CONFLICT (occurrence_seq, epoch) DO UPDATE
+        SET finished_at = excluded.finished_at, outcome = excluded.outcome,
+            lease_until = excluded.lease_until, error_class = excluded.error_class,
+            error_message = excluded.error_message
+      WHERE outcome = 'running'";
+
+/// Records how the current attempt of occurrence `seq` ended, unless it succeeded: a
+/// successful attempt stays on the occurrence row, which is final
+/// ([`OccurrenceDetail::assemble`]).
+fn record_attempt(
     c: &Connection,
     seq: i64,
-    epoch: i64,
     outcome: AttemptOutcome,
     now: i64,
     error_class: Option<&str>,
     error_message: Option<&str>,
 ) -> R<()> {
-    c.prepare_cached(
-        "UPDATE attempts SET outcome = ?1, finished_at = ?2, error_class = ?3, error_message = ?4
-          WHERE occurrence_seq = ?5 AND epoch = ?6",
-    )
+    if outcome == AttemptOutcome::Succeeded {
+        return Ok(());
+    }
+    c.prepare_cached(&format!(
+        "{RECORD_ATTEMPT} WHERE seq = ?5 {RECORD_ATTEMPT_CONFLICT}"
+    ))
     .and_then(|mut s| {
         s.execute(params![
             outcome.as_str(),
             now,
             error_class,
             error_message,
-            seq,
-            epoch
+            seq
         ])
     })
     .map_err(db_err)?;
@@ -1010,14 +1021,14 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
 }
 
 pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport> {
-    let expired: Vec<(i64, i64, u32, u32)> = c
+    let expired: Vec<(i64, u32, u32)> = c
         .prepare_cached(
-            "SELECT seq, epoch, attempts, max_attempts FROM occurrences
+            "SELECT seq, attempts, max_attempts FROM occurrences
               WHERE state = 'RUNNING' AND lease_until <= ?1 ORDER BY lease_until LIMIT ?2",
         )
         .and_then(|mut s| {
             s.query_map(params![now, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })?
             .collect()
         })
@@ -1035,19 +1046,13 @@ pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport
               WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
         )
         .map_err(db_err)?;
-    let mut attempt = c
-        .prepare_cached(
-            "UPDATE attempts SET outcome = 'lease_expired', finished_at = ?3
-              WHERE occurrence_seq = ?1 AND epoch = ?2 AND outcome = 'running'",
-        )
-        .map_err(db_err)?;
-    for (seq, epoch, attempts, max) in expired {
+    for (seq, attempts, max) in expired {
+        record_attempt(c, seq, AttemptOutcome::LeaseExpired, now, None, None)?;
         if attempts >= max {
             report.dead += bury.execute(params![seq, now]).map_err(db_err)? as u64;
         } else {
             report.requeued += requeue.execute(params![seq, now]).map_err(db_err)? as u64;
         }
-        attempt.execute(params![seq, epoch, now]).map_err(db_err)?;
     }
     Ok(report)
 }
@@ -1126,6 +1131,10 @@ pub(crate) fn occurrence_get(
     p: &OccurrenceGet,
     now: i64,
 ) -> R<Option<OccurrenceDetail>> {
+    // One snapshot for the occurrence row and its attempt rows: the attempt in progress is
+    // read from the one, the ended ones from the other.
+    let snapshot = c.unchecked_transaction().map_err(db_err)?;
+    let c: &Connection = &snapshot;
     let found = match p.key {
         OccurrenceKey::Id(id) => c
             .prepare_cached(&format!(
@@ -1191,10 +1200,15 @@ pub(crate) fn occurrence_get(
             })
         })
         .collect::<R<Vec<_>>>()?;
-    Ok(Some(OccurrenceDetail {
+    let claimed_at: Option<i64> = c
+        .prepare_cached("SELECT claimed_at FROM occurrences WHERE seq = ?1")
+        .and_then(|mut s| s.query_row(params![seq], |r| r.get(0)))
+        .map_err(db_err)?;
+    Ok(Some(OccurrenceDetail::assemble(
         occurrence,
+        opt_ts(claimed_at)?,
         attempts,
-    }))
+    )))
 }
 
 pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R<Vec<Occurrence>> {

@@ -292,7 +292,7 @@ pub struct Attempt {
     pub owner: String,
     /// When.
     pub started_at: Timestamp,
-    /// Lease end at claim time (renewals extend the occurrence's lease, not this record).
+    /// The end of the last lease granted to this attempt: its claim's, or its last renewal's.
     pub lease_until: Timestamp,
     /// When it ended, if it did.
     pub finished_at: Option<Timestamp>,
@@ -311,6 +311,54 @@ pub struct OccurrenceDetail {
     pub occurrence: Occurrence,
     /// Its attempts, oldest first.
     pub attempts: Vec<Attempt>,
+}
+
+impl OccurrenceDetail {
+    /// The occurrence with its attempts: the attempt rows, which record the attempts that
+    /// failed or lost their lease, and the attempt the occurrence row itself holds while it
+    /// runs and after it succeeded (owner, epoch, `claimed_at`, lease, `finished_at`), so that
+    /// the common path, claim then success, writes no attempt row. A `running` row for the
+    /// current epoch, written by an older version at claim time, gives way to the occurrence
+    /// row, which is newer.
+    pub fn assemble(
+        occurrence: Occurrence,
+        claimed_at: Option<Timestamp>,
+        mut attempts: Vec<Attempt>,
+    ) -> OccurrenceDetail {
+        let outcome = match occurrence.state {
+            OccurrenceState::Running => Some(AttemptOutcome::Running),
+            OccurrenceState::Succeeded => Some(AttemptOutcome::Succeeded),
+            _ => None,
+        };
+        let held = (
+            outcome,
+            occurrence.owner.clone(),
+            claimed_at,
+            occurrence.lease_until,
+        );
+        if let (Some(outcome), Some(owner), Some(started_at), Some(lease_until)) = held {
+            let current = Attempt {
+                epoch: occurrence.epoch,
+                owner,
+                started_at,
+                lease_until,
+                finished_at: occurrence.finished_at,
+                outcome,
+                error_class: None,
+                error_message: None,
+            };
+            match attempts.iter_mut().find(|a| a.epoch == current.epoch) {
+                Some(a) if a.outcome == AttemptOutcome::Running => *a = current,
+                Some(_) => {}
+                None => attempts.push(current),
+            }
+            attempts.sort_by_key(|a| a.epoch);
+        }
+        OccurrenceDetail {
+            occurrence,
+            attempts,
+        }
+    }
 }
 
 /// A [`Timing`] flattened into the columns both backends store it in.

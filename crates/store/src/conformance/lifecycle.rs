@@ -698,3 +698,227 @@ pub fn the_first_shard_count_recorded_is_kept(rt: &Runtime, h: Harness) {
         assert_eq!(s.deployment_shards(16).await.unwrap(), 16);
     });
 }
+
+/// The attempt history is exact whichever way attempts end: who held each lease, from when,
+/// until which (renewed) lease end, when and how it ended. An expired lease is recorded both
+/// when another worker re-claims the occurrence and when the sweep re-readies it.
+pub fn attempt_history_records_every_attempt_exactly(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(s, &f, vec![new_occ(&f, "q", secs(0), 5)]).await;
+        let id = ids[0];
+        let attempt = |epoch: i64,
+                       owner: &str,
+                       started: i64,
+                       lease: i64,
+                       finished: Option<i64>,
+                       outcome: AttemptOutcome| Attempt {
+            epoch,
+            owner: owner.into(),
+            started_at: secs(started),
+            lease_until: secs(lease),
+            finished_at: finished.map(secs),
+            outcome,
+            error_class: None,
+            error_message: None,
+        };
+        // A claims at 0 (lease to 30) and renews at 10 (lease to 40).
+        let c = claim(s, &f, "q", "A", 1, 30, secs(0)).await;
+        assert_eq!(
+            get(s, &f, id, secs(1)).await.attempts,
+            vec![attempt(1, "A", 0, 30, None, AttemptOutcome::Running)]
+        );
+        let r = s
+            .lease_renew(LeaseRenew {
+                tenant: f.tenant,
+                worker_id: "A".into(),
+                leases: vec![LeaseRef {
+                    occurrence_id: id,
+                    epoch: c[0].epoch,
+                }],
+                lease: SignedDuration::from_secs(30),
+                now: Some(secs(10)),
+            })
+            .await
+            .unwrap();
+        assert!(r[0].renewed);
+        let running_a = attempt(1, "A", 0, 40, None, AttemptOutcome::Running);
+        assert_eq!(get(s, &f, id, secs(11)).await.attempts, vec![running_a]);
+        // A goes silent; B re-claims at 50: A's attempt lost its renewed lease.
+        let c = claim(s, &f, "q", "B", 1, 20, secs(50)).await;
+        assert_eq!(c[0].epoch, 2);
+        let lost_a = attempt(1, "A", 0, 40, Some(50), AttemptOutcome::LeaseExpired);
+        assert_eq!(
+            get(s, &f, id, secs(51)).await.attempts,
+            vec![
+                lost_a.clone(),
+                attempt(2, "B", 50, 70, None, AttemptOutcome::Running)
+            ]
+        );
+        // B fails transiently at 55.
+        let ack = finish(
+            s,
+            &f,
+            "B",
+            id,
+            2,
+            Finish::Failed {
+                class: ErrorClass::Transient,
+                message: "timeout".into(),
+            },
+            secs(55),
+        )
+        .await;
+        assert_eq!(ack.state, Some(OccurrenceState::RetryWait));
+        let failed_b = Attempt {
+            error_class: Some(ErrorClass::Transient),
+            error_message: Some("timeout".into()),
+            ..attempt(2, "B", 50, 70, Some(55), AttemptOutcome::Failed)
+        };
+        // C claims at 100 and goes silent; the sweep at 200 re-readies it.
+        assert_eq!(claim(s, &f, "q", "C", 1, 10, secs(100)).await[0].epoch, 3);
+        let swept = s
+            .lease_sweep(LeaseSweep {
+                limit: 10,
+                now: Some(secs(200)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(swept.requeued, 1);
+        let lost_c = attempt(3, "C", 100, 110, Some(200), AttemptOutcome::LeaseExpired);
+        // D claims at 300 and succeeds at 301.
+        assert_eq!(claim(s, &f, "q", "D", 1, 10, secs(300)).await[0].epoch, 4);
+        assert!(
+            finish(s, &f, "D", id, 4, ok("done"), secs(301))
+                .await
+                .accepted()
+        );
+        let d = get(s, &f, id, secs(302)).await;
+        assert_eq!(
+            d.attempts,
+            vec![
+                lost_a,
+                failed_b,
+                lost_c,
+                attempt(4, "D", 300, 310, Some(301), AttemptOutcome::Succeeded)
+            ]
+        );
+        assert_eq!(
+            (
+                d.occurrence.state,
+                d.occurrence.epoch,
+                d.occurrence.attempts
+            ),
+            (OccurrenceState::Succeeded, 4, 4)
+        );
+    });
+}
+
+/// What an older campanile wrote at claim time, and this one no longer writes: a `running`
+/// attempt row for every claimed occurrence. Valid SQL in both dialects.
+pub const LEGACY_RUNNING_ATTEMPTS: &str =
+    "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, outcome)
+     SELECT seq, epoch, owner, claimed_at, lease_until, 'running' FROM occurrences
+      WHERE state = 'RUNNING'";
+
+/// Attempts that an older campanile opened as `running` rows, and that end under this one, end
+/// once, in place, whichever way they end: success, failure, the sweep, or a re-claim (which
+/// records the lease as last renewed). `legacy` runs [`LEGACY_RUNNING_ATTEMPTS`] on the
+/// store's database, as the older version would have.
+pub fn attempts_opened_by_older_versions_end_in_place<F, Fut>(rt: &Runtime, h: Harness, legacy: F)
+where
+    F: FnOnce(&'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(s, &f, (0..4).map(|i| new_occ(&f, "q", at(-i), 5)).collect()).await;
+        assert_eq!(claim(s, &f, "q", "A", 4, 5, secs(0)).await.len(), 4);
+        legacy(LEGACY_RUNNING_ATTEMPTS).await;
+        let a = |lease: i64, finished: Option<i64>, outcome| Attempt {
+            epoch: 1,
+            owner: "A".into(),
+            started_at: secs(0),
+            lease_until: secs(lease),
+            finished_at: finished.map(secs),
+            outcome,
+            error_class: None,
+            error_message: None,
+        };
+        assert_eq!(
+            get(s, &f, ids[0], secs(0)).await.attempts,
+            vec![a(5, None, AttemptOutcome::Running)]
+        );
+        assert!(
+            finish(s, &f, "A", ids[0], 1, ok("ok"), secs(1))
+                .await
+                .accepted()
+        );
+        assert_eq!(
+            get(s, &f, ids[0], secs(1)).await.attempts,
+            vec![a(5, Some(1), AttemptOutcome::Succeeded)]
+        );
+        let failed = Finish::Failed {
+            class: ErrorClass::Permanent,
+            message: "bad input".into(),
+        };
+        assert!(
+            finish(s, &f, "A", ids[1], 1, failed, secs(1))
+                .await
+                .accepted()
+        );
+        assert_eq!(
+            get(s, &f, ids[1], secs(1)).await.attempts,
+            vec![Attempt {
+                error_class: Some(ErrorClass::Permanent),
+                error_message: Some("bad input".into()),
+                ..a(5, Some(1), AttemptOutcome::Failed)
+            }]
+        );
+        // ids[3] is renewed to 11; the sweep at 6 re-readies ids[2] only.
+        let r = s
+            .lease_renew(LeaseRenew {
+                tenant: f.tenant,
+                worker_id: "A".into(),
+                leases: vec![LeaseRef {
+                    occurrence_id: ids[3],
+                    epoch: 1,
+                }],
+                lease: SignedDuration::from_secs(10),
+                now: Some(secs(1)),
+            })
+            .await
+            .unwrap();
+        assert!(r[0].renewed);
+        let swept = s
+            .lease_sweep(LeaseSweep {
+                limit: 10,
+                now: Some(secs(6)),
+            })
+            .await
+            .unwrap();
+        assert_eq!((swept.requeued, swept.dead), (1, 0));
+        // B claims both at 12: ids[2] as re-readied, ids[3] over its expired lease.
+        assert_eq!(claim(s, &f, "q", "B", 10, 5, secs(12)).await.len(), 2);
+        let b = Attempt {
+            epoch: 2,
+            owner: "B".into(),
+            started_at: secs(12),
+            lease_until: secs(17),
+            finished_at: None,
+            outcome: AttemptOutcome::Running,
+            error_class: None,
+            error_message: None,
+        };
+        assert_eq!(
+            get(s, &f, ids[2], secs(12)).await.attempts,
+            vec![a(5, Some(6), AttemptOutcome::LeaseExpired), b.clone()]
+        );
+        assert_eq!(
+            get(s, &f, ids[3], secs(12)).await.attempts,
+            vec![a(11, Some(12), AttemptOutcome::LeaseExpired), b]
+        );
+    });
+}

@@ -47,7 +47,8 @@ macro_rules! conformance_tests {
             backlog_counts_due_unclaimed_work, the_first_shard_count_recorded_is_kept,
             relay_claims_due_outbox_work_across_tenants,
             relay_lease_expiry_hands_over_and_fences_the_stale_relay,
-            relay_retries_settles_cancels_and_reopens_on_redrive);
+            relay_retries_settles_cancels_and_reopens_on_redrive,
+            attempt_history_records_every_attempt_exactly);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
