@@ -2,8 +2,8 @@
 //!
 //! - tokio-postgres over a deadpool pool; every statement is prepared once per connection.
 //! - Claims are one statement: two `FOR UPDATE SKIP LOCKED` index scans (due pending work,
-//!   expired leases with attempts left), merged by priority, updated, their attempt rows
-//!   inserted and the previous attempt closed, all in one round trip.
+//!   expired leases with attempts left), merged by priority, the attempts lost with those
+//!   leases recorded, and the rows updated, all in one round trip.
 //! - Time: when an operation's `now` is `None`, the database's own `clock_timestamp()` decides,
 //!   so every node judges leases by one clock. Tests pass `now` and step it exactly.
 //! - Batch operations ship their rows as arrays (`unnest`), one statement per batch.

@@ -18,6 +18,16 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "outbox_relay",
         include_str!("../migrations/0003_outbox_relay.sql"),
     ),
+    (
+        4,
+        "claim_constrained",
+        include_str!("../migrations/0004_claim_constrained.sql"),
+    ),
+    (
+        5,
+        "attempts_on_occurrence",
+        include_str!("../migrations/0005_attempts_on_occurrence.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -211,13 +211,21 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
 pub(crate) async fn occurrence_claim(c: &mut Client, p: OccurrenceClaim) -> R<Vec<Claimed>> {
     // The common case in one statement: the database's clock, the check that neither the
     // tenant nor the queue has a concurrency limit, and the claim itself.
-    let (now, unlimited, mut out) = worker_claim(c, &p).await?;
+    let WorkerClaim {
+        now,
+        unlimited,
+        constrained_due,
+        claimed: mut out,
+    } = worker_claim(c, &p).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
     if !unlimited {
         return limited_claim(c, &p, now, lease_until).await;
     }
     let room = (p.max as usize).saturating_sub(out.len());
-    if room > 0 {
+    // Overlap-constrained work, when the claim statement saw some due: each is decided under
+    // its schedule's lock, in a transaction of its own. (Work that became due since is found
+    // by the next poll, as any work is.)
+    if room > 0 && constrained_due {
         let tx = c.transaction().await.map_err(pg_err)?;
         let (got, skipped) = claim_constrained(&tx, &p, now, lease_until, room).await?;
         tx.commit().await.map_err(pg_err)?;
@@ -372,8 +380,10 @@ fn worker_pick(now: &str, gate: &str) -> String {
 /// The worker claim in one statement: `clk` reads the database's clock (or takes `$3`, a
 /// caller's instant) and whether the tenant and the queue are free of concurrency limits;
 /// only then are occurrences picked and claimed. One row always comes back: the claimed
-/// occurrences (columns 0–7, all NULL when none) with the instant (8) and the no-limit flag
-/// (9). `$1` tenant, `$2` queue, `$3` now or NULL, `$4` max, `$5` owner, `$6` lease in ms.
+/// occurrences (columns 0–7, all NULL when none) with the instant (8), the no-limit flag (9),
+/// and whether overlap-constrained work of the queue is due (10: pending, by the index
+/// `occurrences_pending_constrained`, or under an expired lease).
+/// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` max, `$5` owner, `$6` lease in ms.
 static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let pick = format!(
         "clk AS (
@@ -381,6 +391,14 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                     NOT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND max_running IS NOT NULL)
                     AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE tenant_id = $1 AND queue = $2
                                        AND max_running IS NOT NULL) AS unlimited),
+         cst AS (
+             SELECT EXISTS (SELECT 1 FROM occurrences
+                             WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT')
+                               AND overlap <> 0 AND available_at <= (SELECT now FROM clk))
+                    OR EXISTS (SELECT 1 FROM occurrences
+                                WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING'
+                                  AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
+                                  AND attempts < max_attempts) AS due),
          {}",
         worker_pick("(SELECT now FROM clk)", "(SELECT unlimited FROM clk)")
     );
@@ -390,8 +408,8 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         "(SELECT now FROM clk)",
         "((SELECT now FROM clk) + $6::int8)",
         "SELECT c.id, c.schedule_id, c.version, c.scheduled_for, c.available_at, c.epoch, c.attempts,
-                c.payload, clk.now, clk.unlimited
-           FROM clk LEFT JOIN claimed c ON true
+                c.payload, clk.now, clk.unlimited, cst.due
+           FROM clk CROSS JOIN cst LEFT JOIN claimed c ON true
           ORDER BY c.available_at, c.seq",
     )
 });
@@ -419,9 +437,19 @@ static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-/// [`WORKER_CLAIM`]: the instant used, whether the tenant and queue are free of limits, and
-/// what was claimed (nothing when they are not).
-async fn worker_claim(c: &Client, p: &OccurrenceClaim) -> R<(i64, bool, Vec<Claimed>)> {
+/// What [`WORKER_CLAIM`] answers.
+struct WorkerClaim {
+    /// The instant used.
+    now: i64,
+    /// Neither the tenant nor the queue has a concurrency limit (else nothing was claimed).
+    unlimited: bool,
+    /// Overlap-constrained work of the queue was due.
+    constrained_due: bool,
+    claimed: Vec<Claimed>,
+}
+
+/// Runs [`WORKER_CLAIM`].
+async fn worker_claim(c: &Client, p: &OccurrenceClaim) -> R<WorkerClaim> {
     let max = i64::from(p.max);
     let now_override = p.now.map(|t| t.as_millisecond());
     let lease_ms = dur_ms(p.lease);
@@ -443,14 +471,20 @@ async fn worker_claim(c: &Client, p: &OccurrenceClaim) -> R<(i64, bool, Vec<Clai
         .ok_or_else(|| StoreError::Database("the claim returned no row".into()))?;
     let now: i64 = first.try_get(8).map_err(pg_err)?;
     let unlimited: bool = first.try_get(9).map_err(pg_err)?;
+    let constrained_due: bool = first.try_get(10).map_err(pg_err)?;
     let lease_until = now.saturating_add(lease_ms);
-    let mut out = Vec::with_capacity(rows.len());
+    let mut claimed = Vec::with_capacity(rows.len());
     for r in &rows {
         if r.try_get::<_, Option<Uuid>>(0).map_err(pg_err)?.is_some() {
-            out.push(claimed_row(r, now, lease_until)?);
+            claimed.push(claimed_row(r, now, lease_until)?);
         }
     }
-    Ok((now, unlimited, out))
+    Ok(WorkerClaim {
+        now,
+        unlimited,
+        constrained_due,
+        claimed,
+    })
 }
 
 /// The one-statement claim of up to `max` unconstrained occurrences.

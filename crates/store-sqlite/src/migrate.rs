@@ -23,6 +23,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "outbox_relay",
         include_str!("../migrations/0004_outbox_relay.sql"),
     ),
+    (
+        5,
+        "attempts_on_occurrence",
+        include_str!("../migrations/0005_attempts_on_occurrence.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

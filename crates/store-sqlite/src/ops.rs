@@ -346,20 +346,17 @@ fn claim_rows(
     }
     let seqs = serde_json::Value::from(picked.iter().map(|r| r.0).collect::<Vec<_>>()).to_string();
     if reclaims {
-        c.prepare_cached(&format!(
-            "{RECORD_ATTEMPT} WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 'RUNNING'
-             {RECORD_ATTEMPT_CONFLICT}"
-        ))
-        .and_then(|mut s| {
-            s.execute(params![
-                AttemptOutcome::LeaseExpired.as_str(),
-                now,
-                Option::<&str>::None,
-                Option::<&str>::None,
-                seqs
-            ])
-        })
-        .map_err(db_err)?;
+        c.prepare_cached(&RECORD_LOST)
+            .and_then(|mut s| {
+                s.execute(params![
+                    AttemptOutcome::LeaseExpired.as_str(),
+                    now,
+                    Option::<&str>::None,
+                    Option::<&str>::None,
+                    seqs
+                ])
+            })
+            .map_err(db_err)?;
     }
     let updated = c
         .prepare_cached(
@@ -914,6 +911,19 @@ const RECORD_ATTEMPT_CONFLICT: &str = "ON CONFLICT (occurrence_seq, epoch) DO UP
             error_message = excluded.error_message
       WHERE outcome = 'running'";
 
+/// [`RECORD_ATTEMPT`] for occurrence `?5`.
+static RECORD_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("{RECORD_ATTEMPT} WHERE seq = ?5 {RECORD_ATTEMPT_CONFLICT}")
+});
+
+/// [`RECORD_ATTEMPT`] for those of the occurrences `?5` (a JSON array of seqs) still running.
+static RECORD_LOST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{RECORD_ATTEMPT} WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 'RUNNING'
+         {RECORD_ATTEMPT_CONFLICT}"
+    )
+});
+
 /// Records how the current attempt of occurrence `seq` ended, unless it succeeded: a
 /// successful attempt stays on the occurrence row, which is final
 /// ([`OccurrenceDetail::assemble`]).
@@ -928,19 +938,17 @@ fn record_attempt(
     if outcome == AttemptOutcome::Succeeded {
         return Ok(());
     }
-    c.prepare_cached(&format!(
-        "{RECORD_ATTEMPT} WHERE seq = ?5 {RECORD_ATTEMPT_CONFLICT}"
-    ))
-    .and_then(|mut s| {
-        s.execute(params![
-            outcome.as_str(),
-            now,
-            error_class,
-            error_message,
-            seq
-        ])
-    })
-    .map_err(db_err)?;
+    c.prepare_cached(&RECORD_ONE)
+        .and_then(|mut s| {
+            s.execute(params![
+                outcome.as_str(),
+                now,
+                error_class,
+                error_message,
+                seq
+            ])
+        })
+        .map_err(db_err)?;
     Ok(())
 }
 

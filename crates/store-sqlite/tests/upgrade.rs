@@ -83,3 +83,69 @@ fn upgrade_keeps_ordinary_queues() {
         MIGRATIONS.last().expect("migrations").0
     );
 }
+
+/// Migration 5: the `running` attempt rows older versions opened at claim time, for attempts
+/// the occurrence row now holds (in progress, or succeeded since), are removed; every ended
+/// attempt's row stays.
+#[test]
+fn upgrade_leaves_attempts_in_progress_to_their_occurrence_rows() {
+    const ON_OCCURRENCE: i64 = 5;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing");
+    let conn = Connection::open(&path).expect("open");
+    for (version, name, sql) in MIGRATIONS
+        .iter()
+        .filter(|m| (RESERVING..ON_OCCURRENCE).contains(&m.0))
+    {
+        conn.execute_batch(sql).expect("old migration");
+        conn.execute(
+            "INSERT INTO campanile_migrations (version, name, applied_at) VALUES (?1, ?2, 0)",
+            rusqlite::params![version, name],
+        )
+        .expect("record migration");
+    }
+    // Occurrence 1 runs at epoch 1; 2 succeeded at epoch 1 under an older version; 3 runs at
+    // epoch 2 after a failed attempt; 4 succeeded at epoch 1 while its row still said running
+    // (ended by a newer node during a rolling upgrade).
+    for (seq, state, epoch) in [
+        (1, "RUNNING", 1),
+        (2, "SUCCEEDED", 1),
+        (3, "RUNNING", 2),
+        (4, "SUCCEEDED", 1),
+    ] {
+        conn.execute(
+            "INSERT INTO occurrences (seq, id, tenant_id, schedule_id, version, scheduled_for,
+                 available_at, queue, priority, state, epoch, owner, lease_until, claimed_at,
+                 attempts, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+             VALUES (?1, randomblob(16), 1, X'01', 1, ?1, 0, 'billing', 0, ?2, ?3, 'w', 9, 5,
+                 ?3, 3, 1000, 60000, 0)",
+            rusqlite::params![seq, state, epoch],
+        )
+        .expect("occurrence");
+    }
+    conn.execute_batch(
+        "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
+         VALUES (1, 1, 'w', 5, 9, NULL, 'running'),
+                (2, 1, 'w', 5, 9, 7, 'succeeded'),
+                (3, 1, 'w', 1, 2, 3, 'failed'),
+                (3, 2, 'w', 5, 9, NULL, 'running'),
+                (4, 1, 'w', 5, 9, NULL, 'running');",
+    )
+    .expect("old attempt rows");
+    drop(conn);
+
+    SqliteStore::open(&path).expect("upgrade");
+    let left: Vec<(i64, i64, String)> = Connection::open(&path)
+        .expect("open")
+        .prepare("SELECT occurrence_seq, epoch, outcome FROM attempts ORDER BY 1, 2")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(
+        left,
+        vec![(2, 1, "succeeded".into()), (3, 1, "failed".into())]
+    );
+}

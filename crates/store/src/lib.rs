@@ -48,8 +48,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Claims up to `max` due occurrences of one tenant's queue — `READY` (or `RETRY_WAIT`)
     /// with `available_at <= now`, or `RUNNING` with an expired lease and attempts left —
     /// highest priority first, then earliest `available_at`. Each claimed occurrence gets
-    /// `epoch + 1`, the caller as owner, `lease_until = now + lease`, and a new attempt row,
-    /// all in one transaction.
+    /// `epoch + 1`, the caller as owner, `lease_until = now + lease` (its new attempt, held
+    /// on the occurrence row), all in one transaction; the attempt it takes over from an
+    /// expired lease is recorded as `lease_expired` in the same transaction.
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError>;
 
     /// Extends the leases the worker still holds, in one statement; says for each whether
@@ -120,7 +121,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The relay's claim, across tenants, from the transactional outbox: up to `max` due
     /// externally targeted occurrences (`READY`/`RETRY_WAIT` due, or `RUNNING` with an expired
     /// lease and attempts left), claimed exactly as [`Store::occurrence_claim`] claims (new
-    /// epoch, the node as owner, a lease by the store's clock, an attempt row), earliest first.
+    /// epoch, the node as owner, a lease by the store's clock), earliest first.
     /// In the same transaction it settles the outbox rows whose occurrence has ended
     /// (succeeded, dead, canceled) and moves the rows of occurrences that are not due yet
     /// (retry back-off, live lease) to when they will be. Completions go through

@@ -342,7 +342,10 @@ impl OccurrenceDetail {
                 owner,
                 started_at,
                 lease_until,
-                finished_at: occurrence.finished_at,
+                finished_at: match outcome {
+                    AttemptOutcome::Running => None,
+                    _ => occurrence.finished_at,
+                },
                 outcome,
                 error_class: None,
                 error_message: None,

@@ -44,7 +44,8 @@ pub fn crash_child(rt: &Runtime, store: Arc<dyn Store>) {
 }
 
 /// Seeds 100k occurrences, runs up to eight children that are SIGKILLed mid-run, then
-/// checks that every claim batch is whole (500 occurrences and their attempt rows) or absent.
+/// checks that every claim batch is whole (500 occurrences, each with its owner and epoch) or
+/// absent.
 pub fn sigkill_mid_claim_leaves_whole_batches_or_none(
     rt: &Runtime,
     store: Arc<dyn Store>,
@@ -150,7 +151,8 @@ pub fn sigkill_mid_claim_leaves_whole_batches_or_none(
             partial.is_empty() || (partial.len() == 1 && ready == 0),
             "torn batches: {partial:?}"
         );
-        // Every claimed occurrence has exactly its one attempt row, owned by its batch.
+        // Every claimed occurrence has exactly its one attempt (read from the occurrence row),
+        // owned by its batch.
         for (owner, ids) in &per_owner {
             for id in ids.iter().step_by(97) {
                 let d = store

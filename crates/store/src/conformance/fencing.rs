@@ -255,10 +255,15 @@ pub fn max_attempts_boundary(rt: &Runtime, h: Harness) {
             (d.occurrence.state, d.occurrence.attempts),
             (OccurrenceState::Dead, 2)
         );
-        assert!(
+        assert_eq!(
             d.attempts
                 .iter()
-                .all(|a| a.outcome == AttemptOutcome::LeaseExpired)
+                .map(|a| (a.epoch, a.outcome))
+                .collect::<Vec<_>>(),
+            vec![
+                (1, AttemptOutcome::LeaseExpired),
+                (2, AttemptOutcome::LeaseExpired)
+            ]
         );
 
         // Second occurrence: attempt 1 fails transiently -> RETRY_WAIT; attempt 2 fails

@@ -922,3 +922,39 @@ where
         );
     });
 }
+
+/// An overlap-constrained occurrence whose worker went silent is claimed again once its lease
+/// has expired, by a claim that finds nothing else due in the queue (nothing pending at all),
+/// and its lost attempt is on record.
+pub fn constrained_lease_expiry_is_reclaimed(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let queued = |due| NewOccurrence {
+            overlap: campanile_core::Overlap::QueueOne,
+            ..new_occ(&f, "q", due, 3)
+        };
+        let ids = insert(s, &f, vec![queued(secs(0))]).await;
+        let a = claim(s, &f, "q", "A", 10, 5, secs(1)).await;
+        assert_eq!(a.iter().map(|c| c.id).collect::<Vec<_>>(), ids);
+        // Before the lease ends (6): nothing to claim.
+        assert!(claim(s, &f, "q", "B", 10, 5, at(5_999)).await.is_empty());
+        // After: the same occurrence, at epoch 2.
+        let b = claim(s, &f, "q", "B", 10, 5, secs(6)).await;
+        assert_eq!(
+            b.iter().map(|c| (c.id, c.epoch)).collect::<Vec<_>>(),
+            vec![(ids[0], 2)]
+        );
+        let d = get(s, &f, ids[0], secs(6)).await;
+        assert_eq!(
+            d.attempts
+                .iter()
+                .map(|a| (a.epoch, a.outcome))
+                .collect::<Vec<_>>(),
+            vec![
+                (1, AttemptOutcome::LeaseExpired),
+                (2, AttemptOutcome::Running)
+            ]
+        );
+    });
+}
