@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
 use campanile_store::fence::{self, FenceView, reported};
+use campanile_store::upgrade::CLOSE_RUNNING_ATTEMPT_ROW;
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
 use jiff::{SignedDuration, Timestamp};
@@ -330,7 +331,7 @@ fn claim_sql(pick: &str, owner: &str, now: &str, lease_until: &str, select: &str
              INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
              SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, {now}, 'lease_expired'
                FROM pick WHERE lost_epoch IS NOT NULL
-             {RECORD_ATTEMPT_CONFLICT}),
+             {CLOSE_RUNNING_ATTEMPT_ROW}),
          upd AS (
              UPDATE occurrences o
                 SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
@@ -951,7 +952,7 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
                         AS u(seq, epoch, outcome, class, message)
                    JOIN occurrences o ON o.seq = u.seq AND o.epoch = u.epoch
                   WHERE u.outcome <> 'succeeded' AND o.seq = ANY($7::int8[])
-                 {RECORD_ATTEMPT_CONFLICT}"
+                 {CLOSE_RUNNING_ATTEMPT_ROW}"
             ),
             &[&seqs, &epochs, &outcomes, &now, &classes, &messages, &written.iter().copied().collect::<Vec<i64>>()],
         )
@@ -1092,7 +1093,7 @@ pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
          att AS (
              INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
              SELECT seq, epoch, owner, claimed_at, lease_until, $1, 'lease_expired' FROM exp
-             {RECORD_ATTEMPT_CONFLICT})
+             {CLOSE_RUNNING_ATTEMPT_ROW})
          SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd"),
         &[&now, &limit],
     )
@@ -1143,15 +1144,13 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let now = resolve_now(c, p.now).await?;
     let rows = match p.key {
         OccurrenceKey::Id(id) => {
-            query(c, &format!("SELECT {OCC_COLS} FROM occurrences WHERE id = $1 AND tenant_id = $2"), &[&id.0, &p.tenant.0]).await?
+            query(c, "SELECT seq FROM occurrences WHERE id = $1 AND tenant_id = $2", &[&id.0, &p.tenant.0]).await?
         }
         OccurrenceKey::Planned { schedule_id, scheduled_for } => {
             query(
                 c,
-                &format!(
-                    "SELECT {OCC_COLS} FROM occurrences WHERE scheduled_for = $1 AND schedule_id = $2 AND tenant_id = $3
-                      ORDER BY version DESC LIMIT 1"
-                ),
+                "SELECT seq FROM occurrences WHERE scheduled_for = $1 AND schedule_id = $2 AND tenant_id = $3
+                  ORDER BY version DESC LIMIT 1",
                 &[&scheduled_for.as_millisecond(), &schedule_id.0, &p.tenant.0],
             )
             .await?
@@ -1160,8 +1159,8 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let (seq, _) = occurrence_row(row, now)?;
-    // The occurrence again, with its attempt rows, in one snapshot: the attempt in progress is
+    let seq: i64 = row.get(0);
+    // The occurrence with its attempt rows, in one snapshot: the attempt in progress is
     // read from the one, the ended ones from the other.
     let rows = query(c, &OCC_WITH_ATTEMPTS, &[&seq]).await?;
     let Some(first) = rows.first() else {
@@ -1209,14 +1208,6 @@ static OCC_WITH_ATTEMPTS: std::sync::LazyLock<String> = std::sync::LazyLock::new
         cols.join(", ")
     )
 });
-
-/// A `running` row for the same attempt, written at claim time by an older version, is
-/// closed in place; any other row for it stands.
-const RECORD_ATTEMPT_CONFLICT: &str = "ON CONFLICT (occurrence_seq, epoch) DO UPDATE
-        SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
-            lease_until = EXCLUDED.lease_until, error_class = EXCLUDED.error_class,
-            error_message = EXCLUDED.error_message
-      WHERE attempts.outcome = 'running'";
 
 pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occurrence>> {
     let now = resolve_now(c, p.now).await?;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use campanile_store::conformance::Harness;
 use campanile_store_postgres::{PgOptions, PgStore};
 
-async fn postgres() -> Option<Harness> {
+/// A store in a schema of its own, with the URL and the schema's name.
+async fn in_new_schema() -> Option<(String, String, Harness)> {
     let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
         eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL conformance)");
         return None;
@@ -15,16 +16,21 @@ async fn postgres() -> Option<Harness> {
     let store = PgStore::connect_with(
         &url,
         PgOptions {
-            schema: Some(schema),
+            schema: Some(schema.clone()),
             pool_size: 10,
         },
     )
     .await
     .expect("connect to PostgreSQL");
-    Some(Harness {
+    let h = Harness {
         store: Arc::new(store.clone()),
         guard: Box::new(store.drop_schema_on_drop()),
-    })
+    };
+    Some((url, schema, h))
+}
+
+async fn postgres() -> Option<Harness> {
+    in_new_schema().await.map(|(_, _, h)| h)
 }
 
 campanile_store::conformance_tests!(postgres);
@@ -32,23 +38,8 @@ campanile_store::conformance_tests!(postgres);
 #[test]
 fn attempts_opened_by_older_versions_end_in_place() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL conformance)");
+    let Some((url, schema, h)) = rt.block_on(in_new_schema()) else {
         return;
-    };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let store = rt
-        .block_on(PgStore::connect_with(
-            &url,
-            PgOptions {
-                schema: Some(schema.clone()),
-                pool_size: 4,
-            },
-        ))
-        .expect("connect to PostgreSQL");
-    let h = Harness {
-        store: Arc::new(store.clone()),
-        guard: Box::new(store.drop_schema_on_drop()),
     };
     campanile_store::conformance::attempts_opened_by_older_versions_end_in_place(
         &rt,

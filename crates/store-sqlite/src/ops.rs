@@ -897,30 +897,26 @@ fn finish_one(
 
 /// Writes an attempt row from the occurrence row's current attempt (owner, epoch,
 /// `claimed_at`, lease), ended at `?2` with outcome `?1` and error `?3`/`?4`; the caller adds
-/// which occurrences, then [`RECORD_ATTEMPT_CONFLICT`].
+/// which occurrences, then [`upgrade::CLOSE_RUNNING_ATTEMPT_ROW`].
 const RECORD_ATTEMPT: &str =
     "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at,
                            outcome, error_class, error_message)
      SELECT seq, epoch, owner, claimed_at, lease_until, ?2, ?1, ?3, ?4 FROM occurrences";
 
-/// A `running` row for the same attempt, written at claim time by an older version, is
-/// closed in place.
-const RECORD_ATTEMPT_CONFLICT: &str = "ON CONFLICT (occurrence_seq, epoch) DO UPDATE
-        SET finished_at = excluded.finished_at, outcome = excluded.outcome,
-            lease_until = excluded.lease_until, error_class = excluded.error_class,
-            error_message = excluded.error_message
-      WHERE outcome = 'running'";
-
 /// [`RECORD_ATTEMPT`] for occurrence `?5`.
 static RECORD_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("{RECORD_ATTEMPT} WHERE seq = ?5 {RECORD_ATTEMPT_CONFLICT}")
+    format!(
+        "{RECORD_ATTEMPT} WHERE seq = ?5 {}",
+        upgrade::CLOSE_RUNNING_ATTEMPT_ROW
+    )
 });
 
 /// [`RECORD_ATTEMPT`] for those of the occurrences `?5` (a JSON array of seqs) still running.
 static RECORD_LOST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "{RECORD_ATTEMPT} WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 'RUNNING'
-         {RECORD_ATTEMPT_CONFLICT}"
+         {}",
+        upgrade::CLOSE_RUNNING_ATTEMPT_ROW
     )
 });
 
@@ -1143,13 +1139,17 @@ pub(crate) fn occurrence_get(
     // read from the one, the ended ones from the other.
     let snapshot = c.unchecked_transaction().map_err(db_err)?;
     let c: &Connection = &snapshot;
+    // The occurrence row ([`OCC_COLS`]) and its `claimed_at` (column 19).
+    let with_claimed_at = |r: &Row<'_>| -> rusqlite::Result<_> {
+        Ok((occurrence_row(r, now)?, r.get::<_, Option<i64>>(19)?))
+    };
     let found = match p.key {
         OccurrenceKey::Id(id) => c
             .prepare_cached(&format!(
-                "SELECT {OCC_COLS} FROM occurrences WHERE id = ?1 AND tenant_id = ?2"
+                "SELECT {OCC_COLS}, claimed_at FROM occurrences WHERE id = ?1 AND tenant_id = ?2"
             ))
             .and_then(|mut s| {
-                s.query_row(params![id.0, p.tenant.0], |r| occurrence_row(r, now))
+                s.query_row(params![id.0, p.tenant.0], with_claimed_at)
                     .optional()
             }),
         OccurrenceKey::Planned {
@@ -1157,20 +1157,22 @@ pub(crate) fn occurrence_get(
             scheduled_for,
         } => c
             .prepare_cached(&format!(
-                "SELECT {OCC_COLS} FROM occurrences
+                "SELECT {OCC_COLS}, claimed_at FROM occurrences
                   WHERE scheduled_for = ?1 AND schedule_id = ?2 AND tenant_id = ?3
                   ORDER BY version DESC LIMIT 1"
             ))
             .and_then(|mut s| {
                 s.query_row(
                     params![scheduled_for.as_millisecond(), schedule_id.0, p.tenant.0],
-                    |r| occurrence_row(r, now),
+                    with_claimed_at,
                 )
                 .optional()
             }),
     }
     .map_err(db_err)?;
-    let Some(row) = found else { return Ok(None) };
+    let Some((row, claimed_at)) = found else {
+        return Ok(None);
+    };
     let (seq, occurrence) = row?;
     let attempts = c
         .prepare_cached(
@@ -1208,10 +1210,6 @@ pub(crate) fn occurrence_get(
             })
         })
         .collect::<R<Vec<_>>>()?;
-    let claimed_at: Option<i64> = c
-        .prepare_cached("SELECT claimed_at FROM occurrences WHERE seq = ?1")
-        .and_then(|mut s| s.query_row(params![seq], |r| r.get(0)))
-        .map_err(db_err)?;
     Ok(Some(OccurrenceDetail::assemble(
         occurrence,
         opt_ts(claimed_at)?,

@@ -14,6 +14,16 @@ pub const RESERVED_QUEUE_IN_USE: &str = "SELECT v.queue FROM schedules s
       WHERE state IN ('READY', 'RETRY_WAIT', 'RUNNING') AND substr(queue, 1, 1) = '$'
      LIMIT 1";
 
+/// The conflict clause of every write of an ended attempt's row (`ON CONFLICT` on the key
+/// `(occurrence_seq, epoch)`), valid in both dialects. Older versions opened a `running` row
+/// at claim time; an attempt that ends under this version finds it when a node of the older
+/// version wrote it, and closes it in place. Any other row for that attempt stands.
+pub const CLOSE_RUNNING_ATTEMPT_ROW: &str = "ON CONFLICT (occurrence_seq, epoch) DO UPDATE
+        SET finished_at = excluded.finished_at, outcome = excluded.outcome,
+            lease_until = excluded.lease_until, error_class = excluded.error_class,
+            error_message = excluded.error_message
+      WHERE attempts.outcome = 'running'";
+
 /// The refusal of migration `version` (`name`) because `queue` is in use.
 #[must_use]
 pub fn reserved_queue_refusal(version: i64, name: &str, queue: &str) -> String {
