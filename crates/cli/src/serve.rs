@@ -31,7 +31,13 @@ pub(crate) struct ServeArgs {
     /// are refused.
     #[arg(long, env = "CAMPANILE_NATS_URL")]
     nats_url: Option<String>,
-    /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url.
+    /// How long a verified API key is trusted before it is read again, in milliseconds: the
+    /// longest a key revoked with `campanile key revoke` keeps working on a running node; 0
+    /// reads the key on every request [default: 1000].
+    #[arg(long, env = "CAMPANILE_KEY_CACHE_MS")]
+    key_cache_ms: Option<u64>,
+    /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url,
+    /// key_cache_ms.
     #[arg(long, env = "CAMPANILE_CONFIG")]
     config: Option<std::path::PathBuf>,
 }
@@ -45,6 +51,7 @@ struct FileConfig {
     shards: Option<u32>,
     max_body_bytes: Option<usize>,
     nats_url: Option<String>,
+    key_cache_ms: Option<u64>,
 }
 
 /// The resolved settings.
@@ -55,6 +62,7 @@ struct Settings {
     shards: u32,
     max_body_bytes: usize,
     nats_url: Option<String>,
+    key_cache: std::time::Duration,
 }
 
 fn settings(args: ServeArgs) -> Result<Settings, CliError> {
@@ -84,6 +92,9 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
             .or(file.max_body_bytes)
             .unwrap_or(256 * 1024),
         nats_url: args.nats_url.or(file.nats_url),
+        key_cache: std::time::Duration::from_millis(
+            args.key_cache_ms.or(file.key_cache_ms).unwrap_or(1000),
+        ),
     })
 }
 
@@ -170,6 +181,7 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         max_body_bytes: args.max_body_bytes,
         shards: args.shards,
         relay: relay.is_some(),
+        key_cache: args.key_cache,
     };
     let app = router(
         AppState::new(Arc::clone(&store), &cfg, Some(engine.planner().clone())),

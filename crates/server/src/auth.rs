@@ -1,10 +1,15 @@
 //! API keys: generation, hashing, and the extractor that turns `Authorization: Bearer <key>`
 //! into the caller's tenant.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
-use campanile_store::{ApiKeyCreate, Store, StoreError, TenantId};
+use campanile_core::Clock;
+use campanile_store::{ApiKeyCreate, ApiKeyRecord, Store, StoreError, TenantId};
+use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest, Sha256};
 
 use crate::{ApiError, AppState};
@@ -52,11 +57,60 @@ pub async fn issue_key(
     Ok(key)
 }
 
+/// Keys this node verified recently, so that a worker's every claim and completion does not
+/// also read the key table: a verified key is trusted for `ttl` after it was read, so a key
+/// revoked elsewhere (`campanile key revoke`, another node) is refused by this node at most
+/// `ttl` later. Only keys found valid are kept (an unknown or revoked key is looked up every
+/// time), and the map is bounded: when full, expired entries go, and if none had expired, all.
+/// A zero `ttl` turns the cache off.
+pub(crate) struct KeyCache {
+    ttl: SignedDuration,
+    clock: Arc<dyn Clock>,
+    entries: Mutex<HashMap<Vec<u8>, (ApiKeyRecord, Timestamp)>>,
+}
+
+/// Most keys a node keeps verified at once.
+const KEY_CACHE_CAPACITY: usize = 4096;
+
+impl KeyCache {
+    pub(crate) fn new(ttl: std::time::Duration, clock: Arc<dyn Clock>) -> KeyCache {
+        KeyCache {
+            ttl: SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX),
+            clock,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, hash: &[u8]) -> Option<ApiKeyRecord> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let now = self.clock.now();
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(hash)
+            .filter(|(_, read_at)| now.duration_since(*read_at) < self.ttl)
+            .map(|(record, _)| record.clone())
+    }
+
+    fn put(&self, hash: Vec<u8>, record: &ApiKeyRecord) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let now = self.clock.now();
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= KEY_CACHE_CAPACITY && !entries.contains_key(&hash) {
+            entries.retain(|_, (_, read_at)| now.duration_since(*read_at) < self.ttl);
+            if entries.len() >= KEY_CACHE_CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(hash, (record.clone(), now));
+    }
+}
+
 /// The unrevoked key named by `Authorization: Bearer <key>`, or 401.
-async fn authenticate(
-    parts: &Parts,
-    state: &AppState,
-) -> Result<campanile_store::ApiKeyRecord, ApiError> {
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<ApiKeyRecord, ApiError> {
     let value = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -67,11 +121,17 @@ async fn authenticate(
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or_else(ApiError::unauthorized)?;
-    state
+    let hash = hash_key(key);
+    if let Some(record) = state.keys.get(&hash) {
+        return Ok(record);
+    }
+    let record = state
         .store
-        .api_key_find(&hash_key(key))
+        .api_key_find(&hash)
         .await?
-        .ok_or_else(ApiError::unauthorized)
+        .ok_or_else(ApiError::unauthorized)?;
+    state.keys.put(hash, &record);
+    Ok(record)
 }
 
 /// The authenticated caller: every handler that takes it is scoped to this tenant.

@@ -39,6 +39,10 @@ pub struct ServerConfig {
     /// Whether the deployment relays external targets (a node runs with `--nats-url`);
     /// without it, schedules with a NATS target are refused rather than left undelivered.
     pub relay: bool,
+    /// How long a verified API key is trusted before it is read again (default 1 s): the
+    /// longest a key revoked elsewhere keeps working on this node. Zero reads the key on
+    /// every request.
+    pub key_cache: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +51,7 @@ impl Default for ServerConfig {
             max_body_bytes: 256 * 1024,
             shards: 16,
             relay: false,
+            key_cache: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -58,6 +63,8 @@ pub struct AppState {
     pub(crate) schedules: Schedules,
     pub(crate) planner: Option<Arc<Planner>>,
     pub(crate) relay: bool,
+    pub(crate) keys: Arc<auth::KeyCache>,
+    key_cache: std::time::Duration,
     metrics: PrometheusHandle,
 }
 
@@ -73,8 +80,20 @@ impl AppState {
             store,
             planner,
             relay: cfg.relay,
+            keys: Arc::new(auth::KeyCache::new(
+                cfg.key_cache,
+                Arc::new(campanile_core::SystemClock),
+            )),
+            key_cache: cfg.key_cache,
             metrics: metrics_handle(),
         }
+    }
+
+    /// The same state with `clock` timing the API-key cache (tests step it).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn campanile_core::Clock>) -> AppState {
+        self.keys = Arc::new(auth::KeyCache::new(self.key_cache, clock));
+        self
     }
 }
 

@@ -25,6 +25,11 @@ struct App {
 }
 
 async fn app_with(cfg: ServerConfig) -> App {
+    app_timed(cfg, Arc::new(campanile_core::SystemClock)).await
+}
+
+/// An app whose API-key cache is timed by `clock`.
+async fn app_timed(cfg: ServerConfig, clock: Arc<dyn campanile_core::Clock>) -> App {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("api.db")).unwrap());
     let ta = store
@@ -43,7 +48,10 @@ async fn app_with(cfg: ServerConfig) -> App {
         .unwrap();
     let a = issue_key(store.as_ref(), Some(ta.id), false).await.unwrap();
     let b = issue_key(store.as_ref(), Some(tb.id), false).await.unwrap();
-    let router = router(AppState::new(store.clone(), &cfg, None), &cfg);
+    let router = router(
+        AppState::new(store.clone(), &cfg, None).with_clock(clock),
+        &cfg,
+    );
     App {
         router,
         store,
@@ -150,7 +158,45 @@ async fn every_v1_route_requires_a_valid_key() {
             assert_eq!(code(&v), "unauthorized");
         }
     }
-    // Revoked keys stop working at once.
+    // A revoked key that this node has not just verified is refused at once.
+    let prefix = campanile_server::key_prefix(&app.a);
+    assert_eq!(app.store.api_key_revoke(&prefix, None).await.unwrap(), 1);
+    let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_revoked_key_is_refused_once_the_verified_key_expires() {
+    // A node trusts a key it verified for `key_cache`: a key revoked elsewhere (the CLI, another
+    // node) keeps working there at most that long, and is refused after.
+    let clock = Arc::new(campanile_core::ManualClock::new(jiff::Timestamp::now()));
+    let cfg = ServerConfig {
+        key_cache: std::time::Duration::from_secs(1),
+        ..ServerConfig::default()
+    };
+    let app = app_timed(cfg, clock.clone()).await;
+    let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let prefix = campanile_server::key_prefix(&app.a);
+    assert_eq!(app.store.api_key_revoke(&prefix, None).await.unwrap(), 1);
+    clock.advance(jiff::SignedDuration::from_millis(999));
+    let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!(s, StatusCode::OK, "within the cache period");
+    clock.advance(jiff::SignedDuration::from_millis(1));
+    let (s, v) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    // The other tenant's key, verified now, is unaffected.
+    let (s, _) = app.call("GET", "/v1/schedules", Some(&app.b), None).await;
+    assert_eq!(s, StatusCode::OK);
+
+    // With the cache off, revocation is immediate.
+    let cfg = ServerConfig {
+        key_cache: std::time::Duration::ZERO,
+        ..ServerConfig::default()
+    };
+    let app = app_timed(cfg, clock.clone()).await;
+    let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+    assert_eq!(s, StatusCode::OK);
     let prefix = campanile_server::key_prefix(&app.a);
     assert_eq!(app.store.api_key_revoke(&prefix, None).await.unwrap(), 1);
     let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
