@@ -9,6 +9,7 @@
 //! - Batch operations ship their rows as arrays (`unnest`), one statement per batch.
 
 mod admin;
+mod coalesce;
 mod migrate;
 mod ops;
 mod schedules;
@@ -28,6 +29,10 @@ pub use migrate::MIGRATIONS;
 pub struct PgStore {
     pool: Pool,
     schema: Option<Arc<str>>,
+    /// Concurrent claims of one queue share a statement.
+    claims: Arc<coalesce::Coalescer<ops::ClaimBatch>>,
+    /// Concurrent batches of successes of one tenant share a statement.
+    successes: Arc<coalesce::Coalescer<ops::SuccessBatch>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -183,6 +188,8 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot build the connection pool: {e}")))?;
         let store = PgStore {
+            claims: coalesce::Coalescer::new(ops::ClaimBatch { pool: pool.clone() }),
+            successes: coalesce::Coalescer::new(ops::SuccessBatch { pool: pool.clone() }),
             pool,
             schema: opts.schema.map(Arc::from),
         };
@@ -293,7 +300,13 @@ impl Store for PgStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        ops::occurrence_claim(&mut self.client().await?, p).await
+        let key = (
+            p.tenant.0,
+            p.queue.clone(),
+            p.now.map(|t| t.as_millisecond()),
+        );
+        let first = self.claims.call(key, p.clone()).await?;
+        ops::claim_rest(&self.pool, p, first).await
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
@@ -317,6 +330,10 @@ impl Store for PgStore {
         &self,
         p: OccurrenceFinishMany,
     ) -> Result<Vec<Ack>, StoreError> {
+        if ops::only_successes(&p) {
+            let key = (p.tenant.0, p.now.map(|t| t.as_millisecond()));
+            return self.successes.call(key, p).await;
+        }
         ops::occurrence_finish_many(&mut self.client().await?, p).await
     }
 

@@ -6,13 +6,14 @@ use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
 use campanile_store::fence::{self, FenceView, reported};
 use campanile_store::upgrade::CLOSE_RUNNING_ATTEMPT_ROW;
 use campanile_store::*;
-use deadpool_postgres::{Client, GenericClient};
+use deadpool_postgres::{Client, GenericClient, Pool};
 use jiff::{SignedDuration, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::{pg_err, resolve_now};
+use crate::coalesce::{Batch, copy_err};
+use crate::{pg_err, pool_err, resolve_now};
 
 pub(crate) type R<T> = Result<T, StoreError>;
 
@@ -209,24 +210,66 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
     Ok(inserted)
 }
 
-pub(crate) async fn occurrence_claim(c: &mut Client, p: OccurrenceClaim) -> R<Vec<Claimed>> {
-    // The common case in one statement: the database's clock, the check that neither the
-    // tenant nor the queue has a concurrency limit, and the claim itself.
+/// Claims of one queue that share a statement ([`crate::coalesce`]): same tenant, queue and
+/// instant.
+pub(crate) struct ClaimBatch {
+    pub(crate) pool: Pool,
+}
+
+/// Most occurrences one shared claim statement asks for.
+const SHARED_CLAIM_ROWS: u64 = 4096;
+
+impl Batch for ClaimBatch {
+    type Key = (i64, String, Option<i64>);
+    type Req = OccurrenceClaim;
+    type Resp = WorkerClaim;
+
+    fn fits(taken: &[OccurrenceClaim], req: &OccurrenceClaim) -> bool {
+        taken.iter().map(|p| u64::from(p.max)).sum::<u64>() + u64::from(req.max)
+            <= SHARED_CLAIM_ROWS
+    }
+
+    fn weight(req: &OccurrenceClaim) -> usize {
+        req.max as usize
+    }
+
+    async fn run(&self, reqs: Vec<OccurrenceClaim>) -> Vec<R<WorkerClaim>> {
+        let answer = match self.pool.get().await.map_err(pool_err) {
+            Ok(c) => worker_claims(&c, &reqs).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(each) => each.into_iter().map(Ok).collect(),
+            Err(e) => reqs.iter().map(|_| Err(copy_err(&e))).collect(),
+        }
+    }
+}
+
+/// The rest of a worker's claim after its share of the claim statement (`first`): the claim
+/// of a tenant or queue with a concurrency limit, which the statement left to this, or the
+/// overlap-constrained work it saw due, with the room left.
+pub(crate) async fn claim_rest(
+    pool: &Pool,
+    p: OccurrenceClaim,
+    first: WorkerClaim,
+) -> R<Vec<Claimed>> {
     let WorkerClaim {
         now,
         unlimited,
         constrained_due,
         claimed: mut out,
-    } = worker_claim(c, &p).await?;
+    } = first;
     let lease_until = now.saturating_add(dur_ms(p.lease));
     if !unlimited {
-        return limited_claim(c, &p, now, lease_until).await;
+        let mut c = pool.get().await.map_err(pool_err)?;
+        return limited_claim(&mut c, &p, now, lease_until).await;
     }
     let room = (p.max as usize).saturating_sub(out.len());
     // Overlap-constrained work, when the claim statement saw some due: each is decided under
     // its schedule's lock, in a transaction of its own. (Work that became due since is found
     // by the next poll, as any work is.)
     if room > 0 && constrained_due {
+        let mut c = pool.get().await.map_err(pool_err)?;
         let tx = c.transaction().await.map_err(pg_err)?;
         let (got, skipped) = claim_constrained(&tx, &p, now, lease_until, room).await?;
         tx.commit().await.map_err(pg_err)?;
@@ -322,9 +365,19 @@ async fn limited_claim(
 /// those lost attempts and claims the occurrences — new epoch, the claimer as owner, the lease
 /// — into the CTE `claimed` (the claimed occurrences with their payloads). The new attempt is
 /// not a row of its own: the occurrence row holds it ([`OccurrenceDetail::assemble`]).
-/// `owner`, `now` and `lease_until` are the statement's expressions for those values; `select`
-/// is the statement's final `SELECT`. Every PostgreSQL claim goes through this one text.
-fn claim_sql(pick: &str, owner: &str, now: &str, lease_until: &str, select: &str) -> String {
+/// `owner`, `now` and `lease_until` are the statement's expressions for those values (over
+/// `pick`'s columns, if they like); `tag`, an `int8` expression over `pick`, is carried to
+/// `claimed` as its column `tag` (so the final `SELECT` never joins `pick` again: CTEs are
+/// estimated at one row, so such a join is a nested loop, quadratic in the batch); `select` is
+/// the statement's final `SELECT`. Every PostgreSQL claim goes through this one text.
+fn claim_sql(
+    pick: &str,
+    owner: &str,
+    now: &str,
+    lease_until: &str,
+    tag: &str,
+    select: &str,
+) -> String {
     format!(
         "WITH {pick},
          lost AS (
@@ -337,10 +390,11 @@ fn claim_sql(pick: &str, owner: &str, now: &str, lease_until: &str, select: &str
                 SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
                     lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false
                FROM pick WHERE o.seq = pick.seq
-             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts),
+             RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
+                       {tag} AS tag),
          claimed AS (
              SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                    upd.attempts, v.payload, upd.seq
+                    upd.attempts, v.payload, upd.seq, upd.tag
                FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version)
          {select}"
     )
@@ -352,10 +406,10 @@ const CLAIMED_ROWS: &str =
            FROM claimed ORDER BY available_at, seq";
 
 /// The CTEs that pick a worker's occurrences: due or lease-expired occurrences of one queue
-/// without an overlap constraint, at most `$4`, skipping rows another claimer holds. `$1`
-/// tenant, `$2` queue; `now` is the statement's current instant; `gate` a condition every
-/// candidate must meet (`true` for none).
-fn worker_pick(now: &str, gate: &str) -> String {
+/// without an overlap constraint, at most `$4`, skipping rows another claimer holds, into the
+/// CTE `name` (`rn` numbers them in claim order from 1). `$1` tenant, `$2` queue; `now` is the
+/// statement's current instant; `gate` a condition every candidate must meet (`true` for none).
+fn worker_pick(now: &str, gate: &str, name: &str) -> String {
     format!(
         "ready AS (
              SELECT seq, priority, available_at, NULL::int8 AS lost_epoch, NULL::text AS lost_owner,
@@ -371,20 +425,24 @@ fn worker_pick(now: &str, gate: &str) -> String {
                 AND attempts < max_attempts AND overlap = 0 AND {gate}
               ORDER BY lease_until LIMIT $4
               FOR UPDATE SKIP LOCKED),
-         pick AS (
-             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease
+         {name} AS (
+             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease,
+                    row_number() OVER (ORDER BY priority DESC, available_at, seq) AS rn
                FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
               ORDER BY priority DESC, available_at, seq LIMIT $4)"
     )
 }
 
-/// The worker claim in one statement: `clk` reads the database's clock (or takes `$3`, a
-/// caller's instant) and whether the tenant and the queue are free of concurrency limits;
-/// only then are occurrences picked and claimed. One row always comes back: the claimed
-/// occurrences (columns 0–7, all NULL when none) with the instant (8), the no-limit flag (9),
-/// and whether overlap-constrained work of the queue is due (10: pending, by the index
-/// `occurrences_pending_constrained`, or under an expired lease).
-/// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` max, `$5` owner, `$6` lease in ms.
+/// The worker claim in one statement, for one or several claimers of a queue
+/// ([`crate::coalesce`]): `clk` reads the database's clock (or takes `$3`, a caller's instant)
+/// and whether the tenant and the queue are free of concurrency limits; only then are
+/// occurrences picked and claimed, and dealt in claim order to the claimers in turn — each its
+/// own count, as owner with its own lease. One row always comes back: the claimed occurrences
+/// (columns 0–7, all NULL when none) with the instant (8), the no-limit flag (9), whether
+/// overlap-constrained work of the queue is due (10: pending, by the index
+/// `occurrences_pending_constrained`, or under an expired lease), and the claimer (11, from 1).
+/// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` the claimers' total count, `$5` their
+/// owners, `$6` their leases in ms, `$7` their counts.
 static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let pick = format!(
         "clk AS (
@@ -400,16 +458,25 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                                 WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING'
                                   AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
                                   AND attempts < max_attempts) AS due),
-         {}",
-        worker_pick("(SELECT now FROM clk)", "(SELECT unlimited FROM clk)")
+         {},
+         who AS (
+             SELECT w.ord, w.owner, w.lease_ms, sum(w.n) OVER (ORDER BY w.ord) - w.n AS after,
+                    sum(w.n) OVER (ORDER BY w.ord) AS upto
+               FROM unnest($5::text[], $6::int8[], $7::int8[]) WITH ORDINALITY AS w(owner, lease_ms, n, ord)),
+         pick AS (
+             SELECT cand.seq, cand.lost_epoch, cand.lost_owner, cand.lost_started, cand.lost_lease,
+                    who.ord, who.owner AS claimant, who.lease_ms
+               FROM cand JOIN who ON cand.rn > who.after AND cand.rn <= who.upto)",
+        worker_pick("(SELECT now FROM clk)", "(SELECT unlimited FROM clk)", "cand")
     );
     claim_sql(
         &pick,
-        "$5",
+        "pick.claimant",
         "(SELECT now FROM clk)",
-        "((SELECT now FROM clk) + $6::int8)",
+        "((SELECT now FROM clk) + pick.lease_ms)",
+        "pick.ord",
         "SELECT c.id, c.schedule_id, c.version, c.scheduled_for, c.available_at, c.epoch, c.attempts,
-                c.payload, clk.now, clk.unlimited, cst.due
+                c.payload, clk.now, clk.unlimited, cst.due, c.tag
            FROM clk CROSS JOIN cst LEFT JOIN claimed c ON true
           ORDER BY c.available_at, c.seq",
     )
@@ -419,7 +486,14 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
 /// lease end.
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    claim_sql(&worker_pick("$3", "true"), "$5", "$3", "$6", CLAIMED_ROWS)
+    claim_sql(
+        &worker_pick("$3", "true", "pick"),
+        "$5",
+        "$3",
+        "$6",
+        "NULL::int8",
+        CLAIMED_ROWS,
+    )
 });
 
 /// The claim of occurrences already chosen and locked by the caller's transaction (so this
@@ -434,12 +508,13 @@ static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         "$2",
         "$3",
         "$4",
+        "NULL::int8",
         CLAIMED_ROWS,
     )
 });
 
-/// What [`WORKER_CLAIM`] answers.
-struct WorkerClaim {
+/// What [`WORKER_CLAIM`] answers one claimer.
+pub(crate) struct WorkerClaim {
     /// The instant used.
     now: i64,
     /// Neither the tenant nor the queue has a concurrency limit (else nothing was claimed).
@@ -449,11 +524,17 @@ struct WorkerClaim {
     claimed: Vec<Claimed>,
 }
 
-/// Runs [`WORKER_CLAIM`].
-async fn worker_claim(c: &Client, p: &OccurrenceClaim) -> R<WorkerClaim> {
-    let max = i64::from(p.max);
+/// Runs [`WORKER_CLAIM`] for claimers of one queue (one tenant, queue and instant; at least
+/// one): one answer each, in order.
+async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClaim>> {
+    let Some(p) = reqs.first() else {
+        return Ok(Vec::new());
+    };
+    let total: i64 = reqs.iter().map(|r| i64::from(r.max)).sum();
+    let owners: Vec<&str> = reqs.iter().map(|r| r.worker_id.as_str()).collect();
+    let leases: Vec<i64> = reqs.iter().map(|r| dur_ms(r.lease)).collect();
+    let counts: Vec<i64> = reqs.iter().map(|r| i64::from(r.max)).collect();
     let now_override = p.now.map(|t| t.as_millisecond());
-    let lease_ms = dur_ms(p.lease);
     let rows = query(
         c,
         &WORKER_CLAIM,
@@ -461,9 +542,10 @@ async fn worker_claim(c: &Client, p: &OccurrenceClaim) -> R<WorkerClaim> {
             &p.tenant.0,
             &p.queue,
             &now_override,
-            &max,
-            &p.worker_id,
-            &lease_ms,
+            &total,
+            &owners,
+            &leases,
+            &counts,
         ],
     )
     .await?;
@@ -473,19 +555,28 @@ async fn worker_claim(c: &Client, p: &OccurrenceClaim) -> R<WorkerClaim> {
     let now: i64 = first.try_get(8).map_err(pg_err)?;
     let unlimited: bool = first.try_get(9).map_err(pg_err)?;
     let constrained_due: bool = first.try_get(10).map_err(pg_err)?;
-    let lease_until = now.saturating_add(lease_ms);
-    let mut claimed = Vec::with_capacity(rows.len());
+    let mut out: Vec<WorkerClaim> = reqs
+        .iter()
+        .map(|_| WorkerClaim {
+            now,
+            unlimited,
+            constrained_due,
+            claimed: Vec::new(),
+        })
+        .collect();
     for r in &rows {
-        if r.try_get::<_, Option<Uuid>>(0).map_err(pg_err)?.is_some() {
-            claimed.push(claimed_row(r, now, lease_until)?);
+        if r.try_get::<_, Option<Uuid>>(0).map_err(pg_err)?.is_none() {
+            continue;
         }
+        let ord: i64 = r.try_get(11).map_err(pg_err)?;
+        let i = usize::try_from(ord - 1)
+            .ok()
+            .filter(|i| *i < reqs.len())
+            .ok_or_else(|| StoreError::Database(format!("the claim dealt to claimer {ord}")))?;
+        let lease_until = now.saturating_add(leases[i]);
+        out[i].claimed.push(claimed_row(r, now, lease_until)?);
     }
-    Ok(WorkerClaim {
-        now,
-        unlimited,
-        constrained_due,
-        claimed,
-    })
+    Ok(out)
 }
 
 /// The one-statement claim of up to `max` unconstrained occurrences.
@@ -759,21 +850,23 @@ fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
 
 /// Successes in one statement: `clk` is the instant (the database's clock, or `$5`); `cur`
 /// locks and reads the tenant's occurrences named by the batch (`$2` ids, `$3` epochs sent,
-/// `$4` results); `upd` writes SUCCEEDED where the fence holds (RUNNING, owner `$6`, the epoch
-/// sent, lease not passed); the attempts that succeeded stay on their occurrence rows
+/// `$4` results, `$6` the reporting workers); `upd` writes SUCCEEDED where the fence holds
+/// (RUNNING, owned by the worker reporting it, the epoch sent, lease not passed); the attempts that succeeded stay on their occurrence rows
 /// ([`OccurrenceDetail::assemble`]), so no attempt row is written. The fence is tested on `cur`, the
 /// rows as locked — their latest committed versions, which nobody can change before this
 /// transaction ends — not on `o` as the statement's snapshot saw it: a renewal committed
 /// between the snapshot and the lock must count, as it does for the shared fence's
-/// explanation. One row per occurrence found
-/// (none found: one row of NULLs), each with its fence columns as read, the instant, and
-/// whether it was written.
+/// explanation. One row per occurrence found (none found: one row of NULLs), each with its
+/// fence columns as read, the instant, and how many rows the statement wrote (the same on
+/// every row: `upd` is counted once, never joined back to `cur` — CTEs are estimated at one
+/// row, so that join was a nested loop, quadratic in the batch).
 const FINISH_SUCCESSES: &str = "
     WITH clk AS (SELECT COALESCE($5::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8) AS now),
-         items AS (SELECT * FROM unnest($2::uuid[], $3::int8[], $4::text[]) AS u(id, epoch, result)),
+         items AS (SELECT * FROM unnest($2::uuid[], $3::int8[], $4::text[], $6::text[]) AS u(id, epoch, result, worker)),
          cur AS (
              SELECT o.seq, o.id, o.state, o.owner, o.epoch, o.lease_until, o.available_at, o.attempts,
-                    o.max_attempts, o.backoff_initial_ms, o.backoff_max_ms, items.epoch AS sent, items.result
+                    o.max_attempts, o.backoff_initial_ms, o.backoff_max_ms, items.epoch AS sent, items.result,
+                    items.worker
                FROM occurrences o JOIN items ON o.id = items.id
               WHERE o.tenant_id = $1
               ORDER BY o.seq
@@ -782,27 +875,87 @@ const FINISH_SUCCESSES: &str = "
              UPDATE occurrences o
                 SET state = 'SUCCEEDED', result = COALESCE(cur.result, o.result), finished_at = clk.now
                FROM cur, clk
-              WHERE o.seq = cur.seq AND cur.state = 'RUNNING' AND cur.owner = $6 AND cur.epoch = cur.sent
+              WHERE o.seq = cur.seq AND cur.state = 'RUNNING' AND cur.owner = cur.worker AND cur.epoch = cur.sent
                 AND cur.lease_until > clk.now
              RETURNING o.seq, o.epoch)
     SELECT cur.seq, cur.id, cur.state, cur.owner, cur.epoch, cur.lease_until, cur.available_at, cur.attempts,
-           cur.max_attempts, cur.backoff_initial_ms, cur.backoff_max_ms, clk.now, upd.seq IS NOT NULL
-      FROM clk LEFT JOIN (cur LEFT JOIN upd ON upd.seq = cur.seq) ON true";
+           cur.max_attempts, cur.backoff_initial_ms, cur.backoff_max_ms, clk.now,
+           (SELECT count(*) FROM upd)
+      FROM clk LEFT JOIN cur ON true";
 
-/// A batch of successes for distinct occurrences — what workers and the relay send almost
-/// always — in one statement and one round trip ([`FINISH_SUCCESSES`]); the shared fence still
-/// explains every refusal, from the row as it was locked.
-async fn finish_successes(c: &Client, p: &OccurrenceFinishMany) -> R<Vec<Ack>> {
-    let ids: Vec<Uuid> = p.items.iter().map(|i| i.lease.occurrence_id.0).collect();
-    let epochs: Vec<i64> = p.items.iter().map(|i| i.lease.epoch).collect();
-    let results: Vec<Option<&str>> = p
-        .items
-        .iter()
-        .map(|i| match &i.finish {
+/// Whether a batch is all successes, for distinct occurrences — what workers and the relay
+/// send almost always — and so may share [`FINISH_SUCCESSES`] with other such batches.
+pub(crate) fn only_successes(p: &OccurrenceFinishMany) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(p.items.len());
+    !p.items.is_empty()
+        && p.items.iter().all(|i| i.finish.succeeded())
+        && p.items.iter().all(|i| seen.insert(i.lease.occurrence_id))
+}
+
+/// Batches of successes of one tenant that share a statement ([`crate::coalesce`]).
+pub(crate) struct SuccessBatch {
+    pub(crate) pool: Pool,
+}
+
+/// Most completions one shared statement carries.
+const SHARED_SUCCESSES: usize = 4096;
+
+impl Batch for SuccessBatch {
+    type Key = (i64, Option<i64>);
+    type Req = OccurrenceFinishMany;
+    type Resp = Vec<Ack>;
+
+    /// Fits while the statement stays bounded and names each occurrence once.
+    fn fits(taken: &[OccurrenceFinishMany], req: &OccurrenceFinishMany) -> bool {
+        let n: usize = taken.iter().map(|p| p.items.len()).sum();
+        if n + req.items.len() > SHARED_SUCCESSES {
+            return false;
+        }
+        let ids: std::collections::HashSet<OccurrenceId> = taken
+            .iter()
+            .flat_map(|p| p.items.iter().map(|i| i.lease.occurrence_id))
+            .collect();
+        req.items
+            .iter()
+            .all(|i| !ids.contains(&i.lease.occurrence_id))
+    }
+
+    fn weight(req: &OccurrenceFinishMany) -> usize {
+        req.items.len()
+    }
+
+    async fn run(&self, reqs: Vec<OccurrenceFinishMany>) -> Vec<R<Vec<Ack>>> {
+        let answer = match self.pool.get().await.map_err(pool_err) {
+            Ok(c) => finish_successes(&c, &reqs).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(each) => each.into_iter().map(Ok).collect(),
+            Err(e) => reqs.iter().map(|_| Err(copy_err(&e))).collect(),
+        }
+    }
+}
+
+/// Batches of successes of one tenant, for distinct occurrences, in one statement and one
+/// round trip ([`FINISH_SUCCESSES`]); the shared fence still explains every refusal, from the
+/// row as it was locked. One answer per batch, in order.
+async fn finish_successes(c: &Client, reqs: &[OccurrenceFinishMany]) -> R<Vec<Vec<Ack>>> {
+    let Some(p) = reqs.first() else {
+        return Ok(Vec::new());
+    };
+    let items = || {
+        reqs.iter()
+            .flat_map(|r| r.items.iter().map(move |i| (r, i)))
+    };
+    let ids: Vec<Uuid> = items().map(|(_, i)| i.lease.occurrence_id.0).collect();
+    let epochs: Vec<i64> = items().map(|(_, i)| i.lease.epoch).collect();
+    let results: Vec<Option<&str>> = items()
+        .map(|(_, i)| match &i.finish {
             Finish::Succeeded { result } => result.as_deref(),
             Finish::Failed { .. } => None,
         })
         .collect();
+    let workers: Vec<&str> = items().map(|(r, _)| r.worker_id.as_str()).collect();
     let now_override = p.now.map(|t| t.as_millisecond());
     let rows = query(
         c,
@@ -813,58 +966,61 @@ async fn finish_successes(c: &Client, p: &OccurrenceFinishMany) -> R<Vec<Ack>> {
             &epochs,
             &results,
             &now_override,
-            &p.worker_id,
+            &workers,
         ],
     )
     .await?;
-    let mut found: HashMap<Uuid, (FenceView, bool)> = HashMap::with_capacity(rows.len());
-    let mut now = None;
+    let mut found: HashMap<Uuid, FenceView> = HashMap::with_capacity(rows.len());
+    let (mut now, mut written) = (None, 0i64);
     for r in &rows {
         now = Some(r.try_get::<_, i64>(11).map_err(pg_err)?);
+        written = r.try_get(12).map_err(pg_err)?;
         if r.try_get::<_, Option<i64>>(0).map_err(pg_err)?.is_some() {
             let (_, id, view) = fence_view(r)?;
-            found.insert(id, (view, r.get(12)));
+            found.insert(id, view);
         }
     }
     let now = now.ok_or_else(|| StoreError::Database("the completion returned no row".into()))?;
-    let mut acks = Vec::with_capacity(p.items.len());
-    for item in &p.items {
-        let id = item.lease.occurrence_id;
-        let Some((view, written)) = found.get(&id.0) else {
-            acks.push(refused(id, Conflict::NotFound));
-            continue;
-        };
-        if let Some(conflict) = fence::check(view, &p.worker_id, item.lease.epoch, now)? {
-            acks.push(refused(id, conflict));
-        } else if *written {
-            acks.push(Ack {
-                occurrence_id: id,
-                rows: 1,
-                conflict: None,
-                state: Some(OccurrenceState::Succeeded),
-                retry_at: None,
-            });
-        } else {
-            // The row lock makes this unreachable; if it ever happens, say so honestly.
-            acks.push(refused(
-                id,
-                Conflict::WrongState {
-                    state: OccurrenceState::Running,
-                },
-            ));
+    // The statement wrote exactly the rows whose fence held as locked, which is what the
+    // shared fence decides here from the same columns.
+    let mut answers = Vec::with_capacity(reqs.len());
+    let mut accepted = 0i64;
+    for req in reqs {
+        let mut acks = Vec::with_capacity(req.items.len());
+        for item in &req.items {
+            let id = item.lease.occurrence_id;
+            let Some(view) = found.get(&id.0) else {
+                acks.push(refused(id, Conflict::NotFound));
+                continue;
+            };
+            if let Some(conflict) = fence::check(view, &req.worker_id, item.lease.epoch, now)? {
+                acks.push(refused(id, conflict));
+            } else {
+                accepted += 1;
+                acks.push(Ack {
+                    occurrence_id: id,
+                    rows: 1,
+                    conflict: None,
+                    state: Some(OccurrenceState::Succeeded),
+                    retry_at: None,
+                });
+            }
         }
+        answers.push(acks);
     }
-    Ok(acks)
+    if accepted != written {
+        // Unreachable while the statement and the fence agree; if they ever disagree, fail
+        // loudly rather than acknowledge a write that may not have happened.
+        return Err(StoreError::Database(format!(
+            "the completion wrote {written} rows where the fence accepts {accepted}"
+        )));
+    }
+    Ok(answers)
 }
 
+/// A batch with failures, or naming an occurrence twice, item by item in one transaction
+/// (batches of successes go through [`SuccessBatch`]).
 pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMany) -> R<Vec<Ack>> {
-    let all_successes = p.items.iter().all(|i| i.finish.succeeded());
-    if all_successes && !p.items.is_empty() {
-        let mut seen = std::collections::HashSet::with_capacity(p.items.len());
-        if p.items.iter().all(|i| seen.insert(i.lease.occurrence_id)) {
-            return finish_successes(c, &p).await;
-        }
-    }
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
     let ids: Vec<Uuid> = p.items.iter().map(|i| i.lease.occurrence_id.0).collect();

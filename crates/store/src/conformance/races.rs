@@ -334,3 +334,139 @@ pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
         );
     });
 }
+
+/// Many workers claiming one queue at the same instant, and then reporting at the same
+/// instant: each gets at most what it asked for, as owner with its own lease, nothing is
+/// claimed twice, and each report is fenced on its own — one worker's stale or foreign item
+/// is refused without touching another's. (PostgreSQL lets requests that arrive together
+/// share a statement; this is what sharing must not change.)
+pub fn simultaneous_claimers_and_reporters_keep_their_own_terms(rt: &Runtime, h: Harness) {
+    const WORKERS: u32 = 16;
+    const OCCURRENCES: i64 = 30; // fewer than the 40 asked for: some claimers go short
+    let store = h.store.clone();
+    rt.block_on(async {
+        let f = Arc::new(fixture(store.as_ref(), "together", "q").await);
+        insert(
+            store.as_ref(),
+            &f,
+            (0..OCCURRENCES).map(|i| new_occ(&f, "q", at(i), 3)).collect(),
+        )
+        .await;
+        let now = secs(100);
+        let terms = |k: u32| (format!("w{k}"), 1 + k % 4, i64::from(1 + k)); // worker, max, lease s
+        let tasks: Vec<_> = (0..WORKERS)
+            .map(|k| {
+                let (store, f) = (store.clone(), f.clone());
+                let (worker, max, lease_s) = terms(k);
+                tokio::spawn(async move {
+                    let got = claim(store.as_ref(), &f, "q", &worker, max, lease_s, now).await;
+                    (k, got)
+                })
+            })
+            .collect();
+        let mut claimed: Vec<(u32, Claimed)> = Vec::new();
+        for t in tasks {
+            let (k, got) = t.await.unwrap();
+            let (_, max, lease_s) = terms(k);
+            assert!(got.len() <= max as usize, "w{k} asked {max}, got {}", got.len());
+            for c in got {
+                assert_eq!(c.lease_until, now.checked_add(SignedDuration::from_secs(lease_s)).unwrap());
+                assert_eq!((c.epoch, c.claimed_at), (1, now));
+                claimed.push((k, c));
+            }
+        }
+        let mut ids: Vec<OccurrenceId> = claimed.iter().map(|(_, c)| c.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), claimed.len(), "an occurrence was claimed twice");
+        assert_eq!(claimed.len() as i64, OCCURRENCES, "all due work was handed out");
+        for (k, c) in &claimed {
+            let o = get(store.as_ref(), &f, c.id, now).await.occurrence;
+            let (worker, _, _) = terms(*k);
+            assert_eq!((o.state, o.owner.as_deref()), (OccurrenceState::Running, Some(worker.as_str())));
+            assert_eq!(o.lease_until, Some(c.lease_until));
+        }
+
+        // Every worker reports at once. Worker k also slips in, as its last item, the first
+        // occurrence of worker (k + 1) (not its own: refused), and sends its first item with
+        // a wrong epoch (refused); everything else is accepted.
+        let by_worker = |k: u32| -> Vec<&Claimed> {
+            claimed.iter().filter(|(w, _)| *w == k).map(|(_, c)| c).collect()
+        };
+        let reports: Vec<(u32, Vec<FinishItem>)> = (0..WORKERS)
+            .map(|k| {
+                let mine = by_worker(k);
+                let mut items: Vec<FinishItem> = mine
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| FinishItem {
+                        lease: LeaseRef {
+                            occurrence_id: c.id,
+                            epoch: if i == 0 { c.epoch + 7 } else { c.epoch },
+                        },
+                        finish: ok(&format!("\"w{k}\"")),
+                    })
+                    .collect();
+                if let Some(theirs) = by_worker((k + 1) % WORKERS).get(1) {
+                    items.push(FinishItem {
+                        lease: LeaseRef {
+                            occurrence_id: theirs.id,
+                            epoch: theirs.epoch,
+                        },
+                        finish: ok("\"thief\""),
+                    });
+                }
+                (k, items)
+            })
+            .filter(|(_, items)| !items.is_empty())
+            .collect();
+        let tasks: Vec<_> = reports
+            .into_iter()
+            .map(|(k, items)| {
+                let (store, f) = (store.clone(), f.clone());
+                tokio::spawn(async move {
+                    let acks = store
+                        .occurrence_finish_many(OccurrenceFinishMany {
+                            tenant: f.tenant,
+                            worker_id: format!("w{k}"),
+                            items: items.clone(),
+                            now: Some(now),
+                        })
+                        .await
+                        .expect("finish");
+                    (k, items, acks)
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (k, items, acks) = t.await.unwrap();
+            assert_eq!(acks.len(), items.len());
+            let mine = by_worker(k);
+            for (item, ack) in items.iter().zip(&acks) {
+                assert_eq!(ack.occurrence_id, item.lease.occurrence_id);
+                let own = mine.iter().position(|c| c.id == item.lease.occurrence_id);
+                match own {
+                    Some(0) => assert!(
+                        matches!(ack.conflict, Some(Conflict::StaleEpoch { .. })),
+                        "w{k} wrong epoch: {ack:?}"
+                    ),
+                    Some(_) => assert!(ack.accepted() && ack.rows == 1, "w{k}: {ack:?}"),
+                    None => assert!(
+                        matches!(&ack.conflict, Some(Conflict::NotOwner { owner: Some(o) }) if *o == format!("w{}", (k + 1) % WORKERS)),
+                        "w{k} foreign item: {ack:?}"
+                    ),
+                }
+            }
+        }
+        for (k, c) in &claimed {
+            let o = get(store.as_ref(), &f, c.id, now).await.occurrence;
+            let first = by_worker(*k).first().map(|x| x.id) == Some(c.id);
+            if first {
+                assert_eq!(o.state, OccurrenceState::Running, "{:?}", c.id);
+            } else {
+                assert_eq!(o.state, OccurrenceState::Succeeded, "{:?}", c.id);
+                assert_eq!(o.result.as_deref(), Some(format!("\"w{k}\"").as_str()));
+            }
+        }
+    });
+}
