@@ -101,6 +101,15 @@ pub(crate) async fn pg_schema_size(url: &str, schema: &str) -> Result<u64, CliEr
         .map_err(|e| CliError::runtime(e.to_string()))
 }
 
+/// `VACUUM (ANALYZE)` of a benchmark's schema, as autovacuum would after its bulk load.
+pub(crate) async fn pg_vacuum(url: &str, schema: &str) -> Result<(), CliError> {
+    bench_schema(url, schema)
+        .await?
+        .vacuum_analyze()
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))
+}
+
 /// Drops a benchmark's temporary PostgreSQL schema.
 pub(crate) async fn drop_pg_schema(url: &str, schema: &str) -> Result<(), CliError> {
     bench_schema(url, schema)

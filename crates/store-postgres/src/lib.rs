@@ -249,6 +249,33 @@ impl PgStore {
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
+    /// `VACUUM (ANALYZE)` of every table of this store's schema: what autovacuum does after a
+    /// bulk load (sets hint bits and the visibility map, gathers statistics). Benchmarks call
+    /// it after seeding, so that a database server with autovacuum off measures what one with
+    /// autovacuum on would.
+    ///
+    /// # Errors
+    ///
+    /// A database failure.
+    pub async fn vacuum_analyze(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let tables = client
+            .query(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        for t in tables {
+            let table: String = t.get(0);
+            client
+                .batch_execute(&format!("VACUUM (ANALYZE) {table}"))
+                .await
+                .map_err(pg_err)?;
+        }
+        Ok(())
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         self.pool.get().await.map_err(pool_err)
     }

@@ -342,16 +342,29 @@ pub(crate) async fn schedule_transition(
     })
 }
 
+/// The front of a shard's queue with each entry's definition. The definition is looked up per
+/// entry (`LATERAL … LIMIT 1`, which the planner cannot turn into a join): with statistics that
+/// know `schedule_versions` holds millions of rows, the generic plan of a plain join estimated a
+/// third of the shard due and hashed the whole table, making a 10k-due pass over 2M stored
+/// schedules 2.7× the pass over 20k. The payload is not read: planning does not need it.
+static SCHEDULE_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let cols = SPEC_COLS.replace("v.payload", "NULL::text");
+    format!(
+        "SELECT q.schedule_id, q.tenant_id, q.version, q.next_run_at, {cols}
+           FROM (SELECT schedule_id, tenant_id, version, next_run_at FROM schedule_queue
+                  WHERE shard = $1 AND next_run_at <= $2
+                  ORDER BY next_run_at LIMIT $3) q
+          CROSS JOIN LATERAL (
+                SELECT * FROM schedule_versions sv
+                 WHERE sv.schedule_id = q.schedule_id AND sv.version = q.version LIMIT 1) v
+          ORDER BY q.next_run_at"
+    )
+});
+
 pub(crate) async fn schedule_due(c: &Client, p: ScheduleDueList) -> R<Vec<DueSchedule>> {
     query(
         c,
-        &format!(
-            "SELECT q.schedule_id, q.tenant_id, q.version, q.next_run_at, {SPEC_COLS}
-               FROM schedule_queue q
-               JOIN schedule_versions v ON v.schedule_id = q.schedule_id AND v.version = q.version
-              WHERE q.shard = $1 AND q.next_run_at <= $2
-              ORDER BY q.next_run_at LIMIT $3"
-        ),
+        &SCHEDULE_DUE,
         &[&p.shard, &p.before.as_millisecond(), &i64::from(p.limit)],
     )
     .await?
