@@ -102,10 +102,15 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
                 _ => None,
             }
         };
-        let (pass_ratio, rss_ratio) = (ratio("pass_seconds"), ratio("serve_rss_bytes"));
+        let (pass_ratio, next_ratio, rss_ratio) = (
+            ratio("pass_seconds"),
+            ratio("next_pass_seconds"),
+            ratio("serve_rss_bytes"),
+        );
         if let Some(p) = pass_ratio {
             println!(
-                "largest / smallest: planner pass {p:.2}x, serve RSS {:.2}x",
+                "largest / smallest: planner pass {p:.2}x after the seed, {:.2}x the next hour; serve RSS {:.2}x",
+                next_ratio.unwrap_or(0.0),
                 rss_ratio.unwrap_or(0.0)
             );
         }
@@ -118,6 +123,7 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
                     "due": args.due,
                     "runs": runs,
                     "pass_ratio_largest_to_smallest": pass_ratio,
+                    "next_pass_ratio_largest_to_smallest": next_ratio,
                     "rss_ratio_largest_to_smallest": rss_ratio,
                 })
             );
