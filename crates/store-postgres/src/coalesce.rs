@@ -203,3 +203,157 @@ pub(crate) fn copy_err(e: &StoreError) -> StoreError {
         other => StoreError::Database(other.to_string()),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Doubles numbers and records every statement's requests. While `hold` is set, a
+    /// statement waits before answering (so the test decides who queues behind it); a
+    /// request of 0 makes its statement panic.
+    #[derive(Default)]
+    struct Doubler {
+        statements: Mutex<Vec<Vec<u32>>>,
+        hold: AtomicBool,
+        running: AtomicUsize,
+        most_running: AtomicUsize,
+    }
+
+    impl Batch for Arc<Doubler> {
+        type Key = u8;
+        type Req = u32;
+        type Resp = u32;
+
+        fn fits(taken: &[u32], req: &u32) -> bool {
+            taken.iter().sum::<u32>() + req <= 1000
+        }
+
+        fn weight(req: &u32) -> usize {
+            *req as usize
+        }
+
+        async fn run(&self, reqs: Vec<u32>) -> Vec<Result<u32, StoreError>> {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_running.fetch_max(now, Ordering::SeqCst);
+            self.statements.lock().unwrap().push(reqs.clone());
+            while self.hold.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            assert!(!reqs.contains(&0), "a statement fails hard");
+            reqs.iter().map(|r| Ok(r * 2)).collect()
+        }
+    }
+
+    fn coalescer() -> (Arc<Doubler>, Arc<Coalescer<Arc<Doubler>>>) {
+        let d = Arc::new(Doubler::default());
+        (d.clone(), Coalescer::new(d))
+    }
+
+    fn call(
+        c: &Arc<Coalescer<Arc<Doubler>>>,
+        key: u8,
+        n: u32,
+    ) -> tokio::task::JoinHandle<Result<u32, StoreError>> {
+        let c = c.clone();
+        tokio::spawn(async move { c.call(key, n).await })
+    }
+
+    /// Waits until `n` statements run and `queued` requests of `key` wait (a liveness guard
+    /// fails the test if that never happens, instead of hanging it).
+    async fn until(d: &Doubler, c: &Coalescer<Arc<Doubler>>, key: u8, n: usize, queued: usize) {
+        let wait = async {
+            loop {
+                let waiting = c
+                    .groups
+                    .lock()
+                    .unwrap()
+                    .get(&key)
+                    .map_or(0, |g| g.waiting.len());
+                if d.running.load(Ordering::SeqCst) == n && waiting == queued {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .unwrap_or_else(|_| panic!("never {n} running with {queued} queued"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lone_request_runs_at_once_and_requests_arriving_meanwhile_share_the_next() {
+        let (d, c) = coalescer();
+        assert_eq!(c.call(1, 5).await.unwrap(), 10);
+        d.hold.store(true, Ordering::SeqCst);
+        let first = call(&c, 1, 1);
+        until(&d, &c, 1, 1, 0).await;
+        let rest: Vec<_> = (2..=6).map(|n| call(&c, 1, n)).collect();
+        until(&d, &c, 1, 1, 5).await;
+        d.hold.store(false, Ordering::SeqCst);
+        assert_eq!(first.await.unwrap().unwrap(), 2);
+        for (n, t) in (2..=6).zip(rest) {
+            assert_eq!(t.await.unwrap().unwrap(), n * 2, "each gets its own answer");
+        }
+        let mut statements = d.statements.lock().unwrap().clone();
+        if let Some(last) = statements.last_mut() {
+            last.sort_unstable();
+        }
+        assert_eq!(statements, vec![vec![5], vec![1], vec![2, 3, 4, 5, 6]]);
+        assert!(c.groups.lock().unwrap().is_empty(), "nothing left behind");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heavy_requests_get_a_second_statement_and_oversized_ones_wait_their_turn() {
+        let (d, c) = coalescer();
+        d.hold.store(true, Ordering::SeqCst);
+        let first = call(&c, 7, 10);
+        until(&d, &c, 7, 1, 0).await;
+        // 300 waiting is heavy enough for a second statement beside the first; 900 does not
+        // fit with it and waits for the next.
+        let heavy = call(&c, 7, 300);
+        until(&d, &c, 7, 2, 0).await;
+        let oversized = call(&c, 7, 900);
+        until(&d, &c, 7, 2, 1).await;
+        d.hold.store(false, Ordering::SeqCst);
+        for t in [first, heavy, oversized] {
+            t.await.unwrap().unwrap();
+        }
+        let statements = d.statements.lock().unwrap().clone();
+        assert_eq!(statements, vec![vec![10], vec![300], vec![900]]);
+        assert_eq!(d.most_running.load(Ordering::SeqCst), IN_FLIGHT);
+        assert!(c.groups.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_that_gives_up_strands_nobody_and_a_failed_statement_answers_everyone() {
+        let (d, c) = coalescer();
+        // The first caller gives up while its statement runs; the one queued behind still runs.
+        d.hold.store(true, Ordering::SeqCst);
+        let first = call(&c, 2, 3);
+        until(&d, &c, 2, 1, 0).await;
+        let behind = call(&c, 2, 4);
+        until(&d, &c, 2, 1, 1).await;
+        first.abort();
+        d.hold.store(false, Ordering::SeqCst);
+        assert_eq!(behind.await.unwrap().unwrap(), 8);
+
+        // A statement that panics: its request and the one waiting behind it get an error,
+        // and the next request starts afresh.
+        d.hold.store(true, Ordering::SeqCst);
+        let doomed = call(&c, 3, 0);
+        until(&d, &c, 3, 1, 0).await;
+        let waiting = call(&c, 3, 9);
+        until(&d, &c, 3, 1, 1).await;
+        d.hold.store(false, Ordering::SeqCst);
+        assert!(doomed.await.unwrap().is_err());
+        assert!(waiting.await.unwrap().is_err());
+        assert_eq!(c.call(3, 21).await.unwrap(), 42);
+        assert!(c.groups.lock().unwrap().is_empty());
+    }
+}
