@@ -223,10 +223,16 @@ impl Batch for ClaimBatch {
     type Key = (i64, String, Option<i64>);
     type Req = OccurrenceClaim;
     type Resp = WorkerClaim;
+    /// Occurrences asked for so far.
+    type Load = u64;
+    const SKIP_ABANDONED: bool = true;
 
-    fn fits(taken: &[OccurrenceClaim], req: &OccurrenceClaim) -> bool {
-        taken.iter().map(|p| u64::from(p.max)).sum::<u64>() + u64::from(req.max)
-            <= SHARED_CLAIM_ROWS
+    fn admit(load: &mut u64, req: &OccurrenceClaim, first: bool) -> bool {
+        let fits = first || *load + u64::from(req.max) <= SHARED_CLAIM_ROWS;
+        if fits {
+            *load += u64::from(req.max);
+        }
+        fits
     }
 
     fn weight(req: &OccurrenceClaim) -> usize {
@@ -442,7 +448,11 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
 /// overlap-constrained work of the queue is due (10: pending, by the index
 /// `occurrences_pending_constrained`, or under an expired lease), and the claimer (11, from 1).
 /// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` the claimers' total count, `$5` their
-/// owners, `$6` their leases in ms, `$7` their counts.
+/// owners, `$6` their leases in ms, `$7` for each slot of the total, in claim order, its
+/// claimer's number (slot `rn` is the `rn`-th occurrence picked). Subscripts keep the dealing
+/// linear: a join of rows to claimers by ranges would be a nested loop, and a per-slot `text[]`
+/// would be walked from its start at every subscript (variable-width elements); `int8[]`
+/// subscripts are direct.
 static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let pick = format!(
         "clk AS (
@@ -459,14 +469,10 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                                   AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
                                   AND attempts < max_attempts) AS due),
          {},
-         who AS (
-             SELECT w.ord, w.owner, w.lease_ms, sum(w.n) OVER (ORDER BY w.ord) - w.n AS after,
-                    sum(w.n) OVER (ORDER BY w.ord) AS upto
-               FROM unnest($5::text[], $6::int8[], $7::int8[]) WITH ORDINALITY AS w(owner, lease_ms, n, ord)),
          pick AS (
-             SELECT cand.seq, cand.lost_epoch, cand.lost_owner, cand.lost_started, cand.lost_lease,
-                    who.ord, who.owner AS claimant, who.lease_ms
-               FROM cand JOIN who ON cand.rn > who.after AND cand.rn <= who.upto)",
+             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord,
+                    ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms
+               FROM (SELECT cand.*, ($7::int8[])[rn] AS ord FROM cand) c)",
         worker_pick("(SELECT now FROM clk)", "(SELECT unlimited FROM clk)", "cand")
     );
     claim_sql(
@@ -533,7 +539,10 @@ async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClai
     let total: i64 = reqs.iter().map(|r| i64::from(r.max)).sum();
     let owners: Vec<&str> = reqs.iter().map(|r| r.worker_id.as_str()).collect();
     let leases: Vec<i64> = reqs.iter().map(|r| dur_ms(r.lease)).collect();
-    let counts: Vec<i64> = reqs.iter().map(|r| i64::from(r.max)).collect();
+    let ords: Vec<i64> = (1i64..)
+        .zip(reqs)
+        .flat_map(|(ord, r)| std::iter::repeat_n(ord, r.max as usize))
+        .collect();
     let now_override = p.now.map(|t| t.as_millisecond());
     let rows = query(
         c,
@@ -545,7 +554,7 @@ async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClai
             &total,
             &owners,
             &leases,
-            &counts,
+            &ords,
         ],
     )
     .await?;
@@ -857,9 +866,10 @@ fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
 /// transaction ends — not on `o` as the statement's snapshot saw it: a renewal committed
 /// between the snapshot and the lock must count, as it does for the shared fence's
 /// explanation. One row per occurrence found (none found: one row of NULLs), each with its
-/// fence columns as read, the instant, and how many rows the statement wrote (the same on
-/// every row: `upd` is counted once, never joined back to `cur` — CTEs are estimated at one
-/// row, so that join was a nested loop, quadratic in the batch).
+/// fence columns as read, the instant, and whether the statement wrote it — `seq IN (SELECT
+/// seq FROM upd)`, a hashed subplan, not a join of `upd` back to `cur`: CTEs are estimated at
+/// one row, so that join was a nested loop, quadratic in the batch (and an aggregate of `upd`
+/// repeated on every row would be as quadratic in bytes).
 const FINISH_SUCCESSES: &str = "
     WITH clk AS (SELECT COALESCE($5::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8) AS now),
          items AS (SELECT * FROM unnest($2::uuid[], $3::int8[], $4::text[], $6::text[]) AS u(id, epoch, result, worker)),
@@ -880,7 +890,7 @@ const FINISH_SUCCESSES: &str = "
              RETURNING o.seq, o.epoch)
     SELECT cur.seq, cur.id, cur.state, cur.owner, cur.epoch, cur.lease_until, cur.available_at, cur.attempts,
            cur.max_attempts, cur.backoff_initial_ms, cur.backoff_max_ms, clk.now,
-           (SELECT count(*) FROM upd)
+           cur.seq IN (SELECT seq FROM upd)
       FROM clk LEFT JOIN cur ON true";
 
 /// Whether a batch is all successes, for distinct occurrences — what workers and the relay
@@ -904,20 +914,22 @@ impl Batch for SuccessBatch {
     type Key = (i64, Option<i64>);
     type Req = OccurrenceFinishMany;
     type Resp = Vec<Ack>;
+    /// The occurrences named so far.
+    type Load = std::collections::HashSet<OccurrenceId>;
+    const SKIP_ABANDONED: bool = false;
 
     /// Fits while the statement stays bounded and names each occurrence once.
-    fn fits(taken: &[OccurrenceFinishMany], req: &OccurrenceFinishMany) -> bool {
-        let n: usize = taken.iter().map(|p| p.items.len()).sum();
-        if n + req.items.len() > SHARED_SUCCESSES {
-            return false;
+    fn admit(load: &mut Self::Load, req: &OccurrenceFinishMany, first: bool) -> bool {
+        let fits = first
+            || (load.len() + req.items.len() <= SHARED_SUCCESSES
+                && req
+                    .items
+                    .iter()
+                    .all(|i| !load.contains(&i.lease.occurrence_id)));
+        if fits {
+            load.extend(req.items.iter().map(|i| i.lease.occurrence_id));
         }
-        let ids: std::collections::HashSet<OccurrenceId> = taken
-            .iter()
-            .flat_map(|p| p.items.iter().map(|i| i.lease.occurrence_id))
-            .collect();
-        req.items
-            .iter()
-            .all(|i| !ids.contains(&i.lease.occurrence_id))
+        fits
     }
 
     fn weight(req: &OccurrenceFinishMany) -> usize {
@@ -970,33 +982,28 @@ async fn finish_successes(c: &Client, reqs: &[OccurrenceFinishMany]) -> R<Vec<Ve
         ],
     )
     .await?;
-    let mut found: HashMap<Uuid, FenceView> = HashMap::with_capacity(rows.len());
-    let (mut now, mut written) = (None, 0i64);
+    let mut found: HashMap<Uuid, (bool, FenceView)> = HashMap::with_capacity(rows.len());
+    let mut now = None;
     for r in &rows {
         now = Some(r.try_get::<_, i64>(11).map_err(pg_err)?);
-        written = r.try_get(12).map_err(pg_err)?;
         if r.try_get::<_, Option<i64>>(0).map_err(pg_err)?.is_some() {
             let (_, id, view) = fence_view(r)?;
-            found.insert(id, view);
+            found.insert(id, (r.try_get(12).map_err(pg_err)?, view));
         }
     }
     let now = now.ok_or_else(|| StoreError::Database("the completion returned no row".into()))?;
-    // The statement wrote exactly the rows whose fence held as locked, which is what the
-    // shared fence decides here from the same columns.
+    // The row written is the acknowledgement; the shared fence explains, from the same
+    // columns as locked, why a row was not written.
     let mut answers = Vec::with_capacity(reqs.len());
-    let mut accepted = 0i64;
     for req in reqs {
         let mut acks = Vec::with_capacity(req.items.len());
         for item in &req.items {
             let id = item.lease.occurrence_id;
-            let Some(view) = found.get(&id.0) else {
+            let Some((written, view)) = found.get(&id.0) else {
                 acks.push(refused(id, Conflict::NotFound));
                 continue;
             };
-            if let Some(conflict) = fence::check(view, &req.worker_id, item.lease.epoch, now)? {
-                acks.push(refused(id, conflict));
-            } else {
-                accepted += 1;
+            if *written {
                 acks.push(Ack {
                     occurrence_id: id,
                     rows: 1,
@@ -1004,16 +1011,17 @@ async fn finish_successes(c: &Client, reqs: &[OccurrenceFinishMany]) -> R<Vec<Ve
                     state: Some(OccurrenceState::Succeeded),
                     retry_at: None,
                 });
+            } else {
+                // The fence and the statement's condition agree, so the fence names the
+                // reason; if it ever finds none, say so honestly rather than accept.
+                let conflict = fence::check(view, &req.worker_id, item.lease.epoch, now)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(Conflict::WrongState { state: view.state });
+                acks.push(refused(id, conflict));
             }
         }
         answers.push(acks);
-    }
-    if accepted != written {
-        // Unreachable while the statement and the fence agree; if they ever disagree, fail
-        // loudly rather than acknowledge a write that may not have happened.
-        return Err(StoreError::Database(format!(
-            "the completion wrote {written} rows where the fence accepts {accepted}"
-        )));
     }
     Ok(answers)
 }
