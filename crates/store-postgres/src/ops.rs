@@ -806,11 +806,20 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
     let lease_until = now.saturating_add(dur_ms(p.lease));
     let ids: Vec<Uuid> = p.leases.iter().map(|l| l.occurrence_id.0).collect();
     let epochs: Vec<i64> = p.leases.iter().map(|l| l.epoch).collect();
+    // The rows are locked in `seq` order first, as the success statement locks them: a
+    // renewal and a (shared) batch of successes naming the same occurrences then queue behind
+    // each other instead of deadlocking. The fence is tested on the rows as locked.
     let rows = query(
         c,
-        "UPDATE occurrences o SET lease_until = $5
-           FROM unnest($4::uuid[], $6::int8[]) AS l(id, epoch)
-          WHERE o.id = l.id AND o.epoch = l.epoch AND o.tenant_id = $1 AND o.owner = $2
+        "WITH l AS (SELECT * FROM unnest($4::uuid[], $6::int8[]) AS l(id, epoch)),
+              cur AS (
+                  SELECT o.seq, l.epoch AS sent FROM occurrences o JOIN l ON o.id = l.id
+                   WHERE o.tenant_id = $1
+                   ORDER BY o.seq
+                     FOR UPDATE OF o)
+         UPDATE occurrences o SET lease_until = $5
+           FROM cur
+          WHERE o.seq = cur.seq AND o.epoch = cur.sent AND o.owner = $2
             AND o.state = 'RUNNING' AND o.lease_until > $3
          RETURNING o.id, o.epoch, o.cancel_requested",
         &[&p.tenant.0, &p.worker_id, &now, &ids, &lease_until, &epochs],
