@@ -148,22 +148,10 @@ pub fn lease_boundaries_to_the_millisecond(rt: &Runtime, h: Harness) {
         let b = claim(s, &f, "q", "B", 5, 5, at(lease_end - 1)).await;
         assert_eq!(b.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
         // Renew at lease_end - 1: renewed to (lease_end - 1) + 5 s.
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: f.tenant,
-                worker_id: "A".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: ids[0],
-                    epoch: 1,
-                }],
-                lease: SignedDuration::from_secs(5),
-                now: Some(at(lease_end - 1)),
-            })
-            .await
-            .unwrap();
-        assert!(r[0].renewed);
+        let r = renew(s, f.tenant, "A", ids[0], 1, 5, at(lease_end - 1)).await;
+        assert!(r.renewed);
         let new_end = lease_end - 1 + 5_000;
-        assert_eq!(r[0].lease_until, Some(at(new_end)));
+        assert_eq!(r.lease_until, Some(at(new_end)));
         // Complete at new_end - 1: accepted.
         let ack = finish(s, &f, "A", ids[0], 1, ok("in time"), at(new_end - 1)).await;
         assert!(ack.accepted(), "{ack:?}");
@@ -179,20 +167,8 @@ pub fn lease_boundaries_to_the_millisecond(rt: &Runtime, h: Harness) {
                 lease_until: at(b_end)
             })
         );
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: f.tenant,
-                worker_id: "B".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: ids[1],
-                    epoch: 1,
-                }],
-                lease: SignedDuration::from_secs(5),
-                now: Some(at(b_end)),
-            })
-            .await
-            .unwrap();
-        assert!(!r[0].renewed);
+        let r = renew(s, f.tenant, "B", ids[1], 1, 5, at(b_end)).await;
+        assert!(!r.renewed);
         assert!(claim(s, &f, "q", "C", 5, 5, at(b_end - 1)).await.is_empty());
         let c = claim(s, &f, "q", "C", 5, 5, at(b_end)).await;
         assert_eq!((c.len(), c[0].id, c[0].epoch), (1, ids[1], 2));
@@ -354,20 +330,8 @@ pub fn renew_reports_lost_leases(rt: &Runtime, h: Harness) {
             .unwrap();
         assert!(r.iter().all(|x| !x.renewed));
         // A stranger cannot renew B's lease.
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: f.tenant,
-                worker_id: "mallory".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: ids[0],
-                    epoch: 2,
-                }],
-                lease: SignedDuration::from_secs(5),
-                now: Some(secs(12)),
-            })
-            .await
-            .unwrap();
-        assert!(!r[0].renewed);
+        let r = renew(s, f.tenant, "mallory", ids[0], 2, 5, secs(12)).await;
+        assert!(!r.renewed);
     });
 }
 

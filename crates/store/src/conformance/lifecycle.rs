@@ -175,20 +175,8 @@ pub fn cancel_pending_and_running(rt: &Runtime, h: Harness) {
             .await
             .unwrap();
         assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Running)));
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: f.tenant,
-                worker_id: "A".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: ids[0],
-                    epoch: 1,
-                }],
-                lease: SignedDuration::from_secs(30),
-                now: Some(secs(3)),
-            })
-            .await
-            .unwrap();
-        assert!(r[0].renewed && r[0].cancel_requested);
+        let r = renew(s, f.tenant, "A", ids[0], 1, 30, secs(3)).await;
+        assert!(r.renewed && r.cancel_requested);
         // Canceling something finished is a conflict that names its state.
         let ack = s
             .occurrence_cancel(OccurrenceCancel {
@@ -354,20 +342,8 @@ pub fn tenants_are_isolated(rt: &Runtime, h: Harness) {
         assert_eq!(c.len(), 1);
         let ack = finish(s, &bogus, "A", ids[0], 1, ok("hijack"), secs(2)).await;
         assert_eq!(ack.conflict, Some(Conflict::NotFound));
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: b.tenant,
-                worker_id: "A".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: ids[0],
-                    epoch: 1,
-                }],
-                lease: SignedDuration::from_secs(5),
-                now: Some(secs(2)),
-            })
-            .await
-            .unwrap();
-        assert!(!r[0].renewed);
+        let r = renew(s, b.tenant, "A", ids[0], 1, 5, secs(2)).await;
+        assert!(!r.renewed);
         let ack = s
             .occurrence_cancel(OccurrenceCancel {
                 tenant: b.tenant,
@@ -729,20 +705,8 @@ pub fn attempt_history_records_every_attempt_exactly(rt: &Runtime, h: Harness) {
             get(s, &f, id, secs(1)).await.attempts,
             vec![attempt(1, "A", 0, 30, None, AttemptOutcome::Running)]
         );
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: f.tenant,
-                worker_id: "A".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: id,
-                    epoch: c[0].epoch,
-                }],
-                lease: SignedDuration::from_secs(30),
-                now: Some(secs(10)),
-            })
-            .await
-            .unwrap();
-        assert!(r[0].renewed);
+        let r = renew(s, f.tenant, "A", id, c[0].epoch, 30, secs(10)).await;
+        assert!(r.renewed);
         let running_a = attempt(1, "A", 0, 40, None, AttemptOutcome::Running);
         assert_eq!(get(s, &f, id, secs(11)).await.attempts, vec![running_a]);
         // A goes silent; B re-claims at 50: A's attempt lost its renewed lease.
@@ -878,20 +842,8 @@ where
             }]
         );
         // ids[3] is renewed to 11; the sweep at 6 re-readies ids[2] only.
-        let r = s
-            .lease_renew(LeaseRenew {
-                tenant: f.tenant,
-                worker_id: "A".into(),
-                leases: vec![LeaseRef {
-                    occurrence_id: ids[3],
-                    epoch: 1,
-                }],
-                lease: SignedDuration::from_secs(10),
-                now: Some(secs(1)),
-            })
-            .await
-            .unwrap();
-        assert!(r[0].renewed);
+        let r = renew(s, f.tenant, "A", ids[3], 1, 10, secs(1)).await;
+        assert!(r.renewed);
         let swept = s
             .lease_sweep(LeaseSweep {
                 limit: 10,

@@ -215,6 +215,33 @@ pub(crate) async fn finish(
     acks.remove(0)
 }
 
+/// Renews one lease.
+pub(crate) async fn renew(
+    store: &dyn Store,
+    tenant: TenantId,
+    worker: &str,
+    id: OccurrenceId,
+    epoch: i64,
+    lease_s: i64,
+    now: Timestamp,
+) -> Renewal {
+    let mut r = store
+        .lease_renew(LeaseRenew {
+            tenant,
+            worker_id: worker.into(),
+            leases: vec![LeaseRef {
+                occurrence_id: id,
+                epoch,
+            }],
+            lease: SignedDuration::from_secs(lease_s),
+            now: Some(now),
+        })
+        .await
+        .expect("renew");
+    assert_eq!(r.len(), 1);
+    r.remove(0)
+}
+
 pub(crate) fn ok(result: &str) -> Finish {
     Finish::Succeeded {
         result: Some(result.into()),
