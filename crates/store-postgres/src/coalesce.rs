@@ -39,11 +39,12 @@ pub(crate) trait Batch: Send + Sync + 'static {
     /// The rows `req` may touch.
     fn weight(req: &Self::Req) -> usize;
 
-    /// Runs one statement for `reqs`; one answer per request, in order.
+    /// Runs one statement for `reqs`: one answer per request, in order, or the statement's
+    /// error, which every request that shared it gets.
     fn run(
         &self,
         reqs: Vec<Self::Req>,
-    ) -> impl Future<Output = Vec<Result<Self::Resp, StoreError>>> + Send;
+    ) -> impl Future<Output = Result<Vec<Self::Resp>, StoreError>> + Send;
 }
 
 /// A request and where its answer goes.
@@ -160,14 +161,22 @@ impl<B: Batch> Coalescer<B> {
             }
             let (reqs, txs): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
             let n = reqs.len();
-            let mut answers = self.batch.run(reqs).await.into_iter();
-            for tx in txs {
-                let answer = answers.next().unwrap_or_else(|| {
-                    Err(StoreError::Database(format!(
-                        "a shared statement answered fewer than its {n} requests"
-                    )))
-                });
-                let _ = tx.send(answer);
+            match self.batch.run(reqs).await {
+                Ok(answers) => {
+                    let mut answers = answers.into_iter();
+                    for tx in txs {
+                        let _ = tx.send(answers.next().ok_or_else(|| {
+                            StoreError::Database(format!(
+                                "a shared statement answered fewer than its {n} requests"
+                            ))
+                        }));
+                    }
+                }
+                Err(e) => {
+                    for tx in txs {
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                }
             }
         }
     }
@@ -216,20 +225,6 @@ impl<B: Batch> Drop for Unqueue<'_, B> {
     }
 }
 
-/// A copy of a statement's error for each request that shared it.
-pub(crate) fn copy_err(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable(s) => StoreError::Unavailable(s.clone()),
-        StoreError::Invalid(s) => StoreError::Invalid(s.clone()),
-        StoreError::Database(s) => StoreError::Database(s.clone()),
-        StoreError::AlreadyExists(s) => StoreError::AlreadyExists(s.clone()),
-        StoreError::NotFound(s) => StoreError::NotFound(s.clone()),
-        StoreError::WrongState(s) => StoreError::WrongState(s.clone()),
-        StoreError::Fenced(s) => StoreError::Fenced(s.clone()),
-        other => StoreError::Database(other.to_string()),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -268,7 +263,7 @@ mod tests {
             *req as usize
         }
 
-        async fn run(&self, reqs: Vec<u32>) -> Vec<Result<u32, StoreError>> {
+        async fn run(&self, reqs: Vec<u32>) -> Result<Vec<u32>, StoreError> {
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
             self.most_running.fetch_max(now, Ordering::SeqCst);
             self.statements.lock().unwrap().push(reqs.clone());
@@ -278,7 +273,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
             self.running.fetch_sub(1, Ordering::SeqCst);
             assert!(!reqs.contains(&0), "a statement fails hard");
-            reqs.iter().map(|r| Ok(r * 2)).collect()
+            Ok(reqs.iter().map(|r| r * 2).collect())
         }
     }
 

@@ -12,7 +12,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::coalesce::{Batch, copy_err};
+use crate::coalesce::Batch;
 use crate::{pg_err, pool_err, resolve_now};
 
 pub(crate) type R<T> = Result<T, StoreError>;
@@ -239,15 +239,8 @@ impl Batch for ClaimBatch {
         req.max as usize
     }
 
-    async fn run(&self, reqs: Vec<OccurrenceClaim>) -> Vec<R<WorkerClaim>> {
-        let answer = match self.pool.get().await.map_err(pool_err) {
-            Ok(c) => worker_claims(&c, &reqs).await,
-            Err(e) => Err(e),
-        };
-        match answer {
-            Ok(each) => each.into_iter().map(Ok).collect(),
-            Err(e) => reqs.iter().map(|_| Err(copy_err(&e))).collect(),
-        }
+    async fn run(&self, reqs: Vec<OccurrenceClaim>) -> R<Vec<WorkerClaim>> {
+        worker_claims(&self.pool.get().await.map_err(pool_err)?, &reqs).await
     }
 }
 
@@ -945,15 +938,8 @@ impl Batch for SuccessBatch {
         req.items.len()
     }
 
-    async fn run(&self, reqs: Vec<OccurrenceFinishMany>) -> Vec<R<Vec<Ack>>> {
-        let answer = match self.pool.get().await.map_err(pool_err) {
-            Ok(c) => finish_successes(&c, &reqs).await,
-            Err(e) => Err(e),
-        };
-        match answer {
-            Ok(each) => each.into_iter().map(Ok).collect(),
-            Err(e) => reqs.iter().map(|_| Err(copy_err(&e))).collect(),
-        }
+    async fn run(&self, reqs: Vec<OccurrenceFinishMany>) -> R<Vec<Vec<Ack>>> {
+        finish_successes(&self.pool.get().await.map_err(pool_err)?, &reqs).await
     }
 }
 

@@ -67,8 +67,9 @@ impl std::fmt::Display for Conflict {
 }
 
 /// A failure of the store itself (never a fencing refusal: those are [`Conflict`]s inside
-/// an [`crate::Ack`]).
-#[derive(Debug, thiserror::Error)]
+/// an [`crate::Ack`]). `Clone`, so that one failed statement shared by several requests can
+/// answer each of them.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The database cannot be reached or answered with an I/O-level error. Retryable.
