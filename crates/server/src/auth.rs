@@ -81,6 +81,15 @@ impl KeyCache {
         }
     }
 
+    /// An empty cache with the same period, timed by `clock`.
+    pub(crate) fn with_clock(&self, clock: Arc<dyn Clock>) -> KeyCache {
+        KeyCache {
+            ttl: self.ttl,
+            clock,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
     fn get(&self, hash: &[u8]) -> Option<ApiKeyRecord> {
         if self.ttl.is_zero() {
             return None;

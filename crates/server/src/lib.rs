@@ -64,7 +64,6 @@ pub struct AppState {
     pub(crate) planner: Option<Arc<Planner>>,
     pub(crate) relay: bool,
     pub(crate) keys: Arc<auth::KeyCache>,
-    key_cache: std::time::Duration,
     metrics: PrometheusHandle,
 }
 
@@ -84,7 +83,6 @@ impl AppState {
                 cfg.key_cache,
                 Arc::new(campanile_core::SystemClock),
             )),
-            key_cache: cfg.key_cache,
             metrics: metrics_handle(),
         }
     }
@@ -92,7 +90,7 @@ impl AppState {
     /// The same state with `clock` timing the API-key cache (tests step it).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn campanile_core::Clock>) -> AppState {
-        self.keys = Arc::new(auth::KeyCache::new(self.key_cache, clock));
+        self.keys = Arc::new(self.keys.with_clock(clock));
         self
     }
 }

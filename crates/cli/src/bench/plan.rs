@@ -200,36 +200,30 @@ pub(crate) async fn seed_and_pass(
     cfg.shards = shards;
     cfg.batch = batch;
     let planner = Planner::new(Arc::clone(&store), cfg);
-    let started = Instant::now();
-    let report = planner
-        .tick(Some(now))
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))?;
-    let pass = started.elapsed().as_secs_f64();
-    if report.inserted != u64::from(due) {
-        return Err(CliError::runtime(format!(
-            "the pass materialized {} occurrences, expected {due}",
-            report.inserted
-        )));
-    }
+    // One timed pass at `at`, which must materialize exactly the due schedules.
+    let timed_pass = async |at: Timestamp, which: &str| {
+        let started = Instant::now();
+        let report = planner
+            .tick(Some(at))
+            .await
+            .map_err(|e| CliError::runtime(e.to_string()))?;
+        let seconds = started.elapsed().as_secs_f64();
+        if report.inserted != u64::from(due) {
+            return Err(CliError::runtime(format!(
+                "{which} materialized {} occurrences, expected {due}",
+                report.inserted
+            )));
+        }
+        Ok((report, seconds))
+    };
+    let (report, pass) = timed_pass(now, "the pass").await?;
     // The next hour's pass: the same schedules are due again, and their queue entries are now
     // where the first pass put them back — together, as in a deployment that has been running
     // (the seed scattered them among all the others, as a bulk load does).
     let next_now = now
         .checked_add(SignedDuration::from_hours(1))
         .map_err(|e| CliError::runtime(e.to_string()))?;
-    let started = Instant::now();
-    let next = planner
-        .tick(Some(next_now))
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))?;
-    let next_pass = started.elapsed().as_secs_f64();
-    if next.inserted != u64::from(due) {
-        return Err(CliError::runtime(format!(
-            "the next hour's pass materialized {} occurrences, expected {due}",
-            next.inserted
-        )));
-    }
+    let (_, next_pass) = timed_pass(next_now, "the next hour's pass").await?;
     let run = json!({
         "schedules": n,
         "due": due,
