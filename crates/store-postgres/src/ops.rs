@@ -1021,6 +1021,22 @@ async fn finish_successes(c: &Client, reqs: &[OccurrenceFinishMany]) -> R<Vec<Ve
     Ok(answers)
 }
 
+/// Attempt rows for the attempts a batch ended otherwise than in success, from the occurrence
+/// rows just written: `$1` seqs, `$2` epochs, `$3` outcomes, `$4` now, `$5`/`$6` error class
+/// and message, `$7` the seqs written.
+static RECORD_ENDED_ATTEMPTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at,
+                               outcome, error_class, error_message)
+         SELECT o.seq, o.epoch, o.owner, o.claimed_at, o.lease_until, $4, u.outcome, u.class, u.message
+           FROM unnest($1::int8[], $2::int8[], $3::text[], $5::text[], $6::text[])
+                AS u(seq, epoch, outcome, class, message)
+           JOIN occurrences o ON o.seq = u.seq AND o.epoch = u.epoch
+          WHERE u.outcome <> 'succeeded' AND o.seq = ANY($7::int8[])
+         {CLOSE_RUNNING_ATTEMPT_ROW}"
+    )
+});
+
 /// A batch with failures, or naming an occurrence twice, item by item in one transaction
 /// (batches of successes go through [`SuccessBatch`]).
 pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMany) -> R<Vec<Ack>> {
@@ -1103,17 +1119,16 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
         // rows just written (a success stays on its occurrence row).
         execute(
             &tx,
-            &format!(
-                "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at,
-                                       outcome, error_class, error_message)
-                 SELECT o.seq, o.epoch, o.owner, o.claimed_at, o.lease_until, $4, u.outcome, u.class, u.message
-                   FROM unnest($1::int8[], $2::int8[], $3::text[], $5::text[], $6::text[])
-                        AS u(seq, epoch, outcome, class, message)
-                   JOIN occurrences o ON o.seq = u.seq AND o.epoch = u.epoch
-                  WHERE u.outcome <> 'succeeded' AND o.seq = ANY($7::int8[])
-                 {CLOSE_RUNNING_ATTEMPT_ROW}"
-            ),
-            &[&seqs, &epochs, &outcomes, &now, &classes, &messages, &written.iter().copied().collect::<Vec<i64>>()],
+            &RECORD_ENDED_ATTEMPTS,
+            &[
+                &seqs,
+                &epochs,
+                &outcomes,
+                &now,
+                &classes,
+                &messages,
+                &written.iter().copied().collect::<Vec<i64>>(),
+            ],
         )
         .await?;
         // Outbox rows of relayed occurrences that failed (`FinishPlan::outbox_due`).
@@ -1236,9 +1251,20 @@ pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ac
 pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
     let now = resolve_now(c, p.now).await?;
     let limit = i64::from(p.limit);
-    let rows = query(
-        c,
-        &format!("WITH exp AS (
+    let rows = query(c, &LEASE_SWEEP, &[&now, &limit]).await?;
+    let r = rows
+        .first()
+        .ok_or_else(|| StoreError::Database("sweep returned nothing".into()))?;
+    Ok(SweepReport {
+        requeued: r.get::<_, i64>(0) as u64,
+        dead: r.get::<_, i64>(1) as u64,
+    })
+}
+
+/// Expired leases, oldest first, at most `$2` at `$1`: back to `READY` with attempts left, else
+/// `DEAD`; each lost attempt recorded. Answers how many of each.
+static LEASE_SWEEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("WITH exp AS (
              SELECT seq, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead FROM occurrences
               WHERE state = 'RUNNING' AND lease_until <= $1
               ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED),
@@ -1253,18 +1279,8 @@ pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
              INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
              SELECT seq, epoch, owner, claimed_at, lease_until, $1, 'lease_expired' FROM exp
              {CLOSE_RUNNING_ATTEMPT_ROW})
-         SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd"),
-        &[&now, &limit],
-    )
-    .await?;
-    let r = rows
-        .first()
-        .ok_or_else(|| StoreError::Database("sweep returned nothing".into()))?;
-    Ok(SweepReport {
-        requeued: r.get::<_, i64>(0) as u64,
-        dead: r.get::<_, i64>(1) as u64,
-    })
-}
+         SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd")
+});
 
 const OCC_COLS: &str =
     "seq, id, schedule_id, version, scheduled_for, available_at, queue, priority, state,
