@@ -110,6 +110,15 @@ pub(crate) async fn pg_vacuum(url: &str, schema: &str) -> Result<(), CliError> {
         .map_err(|e| CliError::runtime(e.to_string()))
 }
 
+/// A `CHECKPOINT` of the benchmark's database; false when the role may not.
+pub(crate) async fn pg_checkpoint(url: &str, schema: &str) -> Result<bool, CliError> {
+    bench_schema(url, schema)
+        .await?
+        .checkpoint()
+        .await
+        .map_err(|e| CliError::runtime(e.to_string()))
+}
+
 /// Drops a benchmark's temporary PostgreSQL schema.
 pub(crate) async fn drop_pg_schema(url: &str, schema: &str) -> Result<(), CliError> {
     bench_schema(url, schema)
