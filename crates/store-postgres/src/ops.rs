@@ -105,11 +105,11 @@ pub(crate) async fn schedule_create(c: &mut Client, p: ScheduleCreate) -> R<()> 
         &[&p.id.0, &p.tenant.0, &p.shard, &p.next_run_at.map(|t| t.as_millisecond()), &now, &i32_of(p.fires_per_hour)],
     )
     .await?;
+    version_insert(&tx, p.id, 1, &p.spec, now).await?;
     if let Some(next) = p.next_run_at {
         crate::schedules::queue_insert(&tx, p.shard, p.id, 1, p.tenant, next.as_millisecond())
             .await?;
     }
-    version_insert(&tx, p.id, 1, &p.spec, now).await?;
     tx.commit().await.map_err(pg_err)
 }
 

@@ -15,6 +15,21 @@ const SPEC_COLS: &str = "v.kind, v.cron, v.timezone, v.dst_gap, v.dst_fold, v.at
     v.queue, v.payload, v.priority, v.lease_ms, v.max_attempts, v.backoff_initial_ms, v.backoff_max_ms,
     v.misfire, v.overlap, v.flex_window_ms";
 
+/// What a queue entry carries of the version that will plan it: every column of
+/// [`SPEC_COLS`] but the payload (migration 0006).
+const QUEUE_DEF: &str =
+    "kind, cron, timezone, dst_gap, dst_fold, at, every_ms, anchor, queue, priority,
+    lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms";
+
+/// [`QUEUE_DEF`] with each column qualified by `alias`.
+fn queue_def(alias: &str) -> String {
+    QUEUE_DEF
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn spec_row(r: &Row, at: usize) -> R<ScheduleSpec> {
     let misfire: String = r.get(at + 15);
     let overlap: String = r.get(at + 16);
@@ -82,7 +97,17 @@ pub(crate) async fn queue_set<C: GenericClient>(
     Ok(())
 }
 
-/// Enters a schedule in its shard's queue at `next`.
+static QUEUE_INSERT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
+         SELECT $1, $2, $3, $4, $5, {} FROM schedule_versions v
+          WHERE v.schedule_id = $3 AND v.version = $4",
+        queue_def("v")
+    )
+});
+
+/// Enters a schedule in its shard's queue at `next`, with the definition of `version` (whose
+/// row must be written first).
 pub(crate) async fn queue_insert<C: GenericClient>(
     c: &C,
     shard: i32,
@@ -91,13 +116,19 @@ pub(crate) async fn queue_insert<C: GenericClient>(
     tenant: TenantId,
     next: i64,
 ) -> R<()> {
-    execute(
+    let n = execute(
         c,
-        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id) VALUES ($1, $2, $3, $4, $5)",
+        &QUEUE_INSERT,
         &[&shard, &next, &id.0, &i32_of(version), &tenant.0],
     )
-    .await
-    .map(|_| ())
+    .await?;
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Database(format!(
+            "schedule {id} has no version {version} to enter in the planning queue"
+        )))
+    }
 }
 
 pub(crate) async fn schedule_get<C: GenericClient>(
@@ -342,22 +373,16 @@ pub(crate) async fn schedule_transition(
     })
 }
 
-/// The front of a shard's queue with each entry's definition. The definition is looked up per
-/// entry (`LATERAL … LIMIT 1`, which the planner cannot turn into a join): with statistics that
-/// know `schedule_versions` holds millions of rows, the generic plan of a plain join estimated a
-/// third of the shard due and hashed the whole table, making a 10k-due pass over 2M stored
-/// schedules 2.7× the pass over 20k. The payload is not read: planning does not need it.
+/// The front of a shard's queue, each entry with the definition it carries (migration 0006):
+/// the pass reads nothing but the queue, so its cost follows the number of schedules due and
+/// not the number stored. The payload is not read: planning does not need it.
 static SCHEDULE_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let cols = SPEC_COLS.replace("v.payload", "NULL::text");
     format!(
-        "SELECT q.schedule_id, q.tenant_id, q.version, q.next_run_at, {cols}
-           FROM (SELECT schedule_id, tenant_id, version, next_run_at FROM schedule_queue
-                  WHERE shard = $1 AND next_run_at <= $2
-                  ORDER BY next_run_at LIMIT $3) q
-          CROSS JOIN LATERAL (
-                SELECT * FROM schedule_versions sv
-                 WHERE sv.schedule_id = q.schedule_id AND sv.version = q.version LIMIT 1) v
-          ORDER BY q.next_run_at"
+        "SELECT v.schedule_id, v.tenant_id, v.version, v.next_run_at, {cols}
+           FROM schedule_queue v
+          WHERE v.shard = $1 AND v.next_run_at <= $2
+          ORDER BY v.next_run_at LIMIT $3"
     )
 });
 
@@ -397,6 +422,24 @@ pub(crate) async fn schedule_next_due(c: &Client, shards: &[i32]) -> R<Option<Ti
         .map(ts)
         .transpose()
 }
+
+/// A planning batch's queue entries moved back to their next instants (or out), each only if
+/// still where the planner found it, with the definition it carries.
+static QUEUE_MOVE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH gone AS (
+             DELETE FROM schedule_queue q
+              USING unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]) AS u(id, tenant, version, expected, next)
+              WHERE q.shard = $6 AND q.next_run_at = u.expected AND q.schedule_id = u.id
+                AND q.version = u.version AND q.tenant_id = u.tenant
+             RETURNING q.schedule_id, q.version, q.tenant_id, u.next, {}),
+         back AS (
+             INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
+             SELECT $6, next, schedule_id, version, tenant_id, {QUEUE_DEF} FROM gone WHERE next IS NOT NULL)
+         SELECT schedule_id FROM gone",
+        queue_def("q")
+    )
+});
 
 pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> {
     let tx = c.transaction().await.map_err(pg_err)?;
@@ -439,16 +482,7 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
     // the planned version; it moves further back (or out, when nothing is left to plan).
     let moved = query(
         &tx,
-        "WITH gone AS (
-             DELETE FROM schedule_queue q
-              USING unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]) AS u(id, tenant, version, expected, next)
-              WHERE q.shard = $6 AND q.next_run_at = u.expected AND q.schedule_id = u.id
-                AND q.version = u.version AND q.tenant_id = u.tenant
-             RETURNING q.schedule_id, q.version, q.tenant_id, u.next),
-         back AS (
-             INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
-             SELECT $6, next, schedule_id, version, tenant_id FROM gone WHERE next IS NOT NULL)
-         SELECT schedule_id FROM gone",
+        &QUEUE_MOVE,
         &[&ids, &tenants, &versions, &expected, &next, &p.shard],
     )
     .await?;
@@ -628,15 +662,8 @@ pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) 
             &[&p.tenant.0, &now, &ids, &shards, &nexts],
         )
         .await?;
-        execute(
-            &tx,
-            "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
-             SELECT u.shard, u.next, u.id, 1, $1 FROM unnest($2::uuid[], $3::int4[], $4::int8[]) AS u(id, shard, next)
-              WHERE u.next IS NOT NULL",
-            &[&p.tenant.0, &ids, &shards, &nexts],
-        )
-        .await?;
-        // Version rows: the first one written normally, the rest copied from it.
+        // Version rows: the first one written normally, the rest copied from it; then the
+        // queue entries, carrying that definition.
         let (first, rest) = ids
             .split_first()
             .ok_or_else(|| StoreError::Invalid("empty chunk".into()))?;
@@ -652,6 +679,18 @@ pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) 
                FROM schedule_versions v, unnest($2::uuid[]) AS u(id)
               WHERE v.schedule_id = $1 AND v.version = 1",
             &[first, &rest.to_vec()],
+        )
+        .await?;
+        execute(
+            &tx,
+            &format!(
+                "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
+                 SELECT u.shard, u.next, u.id, 1, $1, {}
+                   FROM unnest($2::uuid[], $3::int4[], $4::int8[]) AS u(id, shard, next), schedule_versions v
+                  WHERE u.next IS NOT NULL AND v.schedule_id = $5 AND v.version = 1",
+                queue_def("v")
+            ),
+            &[&p.tenant.0, &ids, &shards, &nexts, first],
         )
         .await?;
     }

@@ -1,6 +1,6 @@
 //! Upgrading a database written by an older campanile (when `CAMPANILE_TEST_PG_URL` is set).
 
-use campanile_store::StoreError;
+use campanile_store::{ScheduleDueList, Store, StoreError, Timing};
 use campanile_store_postgres::{MIGRATIONS, PgOptions, PgStore};
 
 /// The outbox-relay migration reserves queue names starting with `$`.
@@ -21,8 +21,9 @@ async fn schema_version(c: &tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
-/// A schema at the version before `RESERVING`, with one ACTIVE schedule on `queue`.
-async fn old_schema(url: &str, schema: &str, queue: &str) -> tokio_postgres::Client {
+/// A schema at the version before `below`, with one ACTIVE schedule on `queue`, entered in
+/// the planning queue as due at 0.
+async fn old_schema(url: &str, schema: &str, queue: &str, below: i64) -> tokio_postgres::Client {
     let c = client(url, schema).await;
     c.batch_execute(&format!(
         "CREATE SCHEMA {schema};
@@ -31,7 +32,7 @@ async fn old_schema(url: &str, schema: &str, queue: &str) -> tokio_postgres::Cli
     ))
     .await
     .expect("schema");
-    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 < RESERVING) {
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 < below) {
         c.batch_execute(sql).await.expect("old migration");
         c.execute(
             "INSERT INTO campanile_migrations (version, name) VALUES ($1, $2)",
@@ -47,7 +48,9 @@ async fn old_schema(url: &str, schema: &str, queue: &str) -> tokio_postgres::Cli
              lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap,
              flex_window_ms, created_at)
          VALUES ('00000000-0000-7000-8000-000000000001', 1, 'cron', '0 9 * * *', 'UTC', '{queue}',
-             0, 30000, 3, 1000, 60000, 'SKIP', 'ALLOW', 0, 0);"
+             0, 30000, 3, 1000, 60000, '{{\"policy\":\"skip\"}}', 'ALLOW', 0, 0);
+         INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+         VALUES (0, 0, '00000000-0000-7000-8000-000000000001', 1, 1);"
     ))
     .await
     .expect("old schedule");
@@ -68,7 +71,7 @@ async fn upgrade_refuses_a_live_queue_named_like_a_reserved_route() {
         return;
     };
     let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let c = old_schema(&url, &schema, "$legacy").await;
+    let c = old_schema(&url, &schema, "$legacy", RESERVING).await;
     let err = PgStore::connect_with(&url, options(&schema)).await.err();
     let drop = format!("DROP SCHEMA {schema} CASCADE");
     let refused_at = schema_version(&c).await;
@@ -90,4 +93,44 @@ async fn upgrade_refuses_a_live_queue_named_like_a_reserved_route() {
     assert_eq!(refused_at, RESERVING - 1);
     store.expect("upgrade after the queue is retired");
     assert_eq!(upgraded_to, MIGRATIONS.last().expect("migrations").0);
+}
+
+/// From migration 6 on, a planning-queue entry carries its version's definition: an entry
+/// written by an older binary gets it from its version row, and the planner reads it there.
+#[tokio::test]
+async fn upgrade_gives_each_queued_schedule_its_definition() {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
+        return;
+    };
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let c = old_schema(&url, &schema, "reports", 6).await;
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let due = match &store {
+        Ok(store) => Some(
+            store
+                .schedule_due(ScheduleDueList {
+                    shard: 0,
+                    before: jiff::Timestamp::UNIX_EPOCH,
+                    limit: 10,
+                })
+                .await,
+        ),
+        Err(_) => None,
+    };
+    let upgraded_to = schema_version(&c).await;
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    assert_eq!(upgraded_to, MIGRATIONS.last().expect("migrations").0);
+    let due = due.expect("read").expect("due schedules");
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].spec.queue, "reports");
+    assert_eq!(due[0].spec.max_attempts, 3);
+    let Timing::Cron { expr, timezone, .. } = &due[0].spec.timing else {
+        panic!("expected a cron timing, got {:?}", due[0].spec.timing);
+    };
+    assert_eq!((expr.as_str(), timezone.as_str()), ("0 9 * * *", "UTC"));
 }
