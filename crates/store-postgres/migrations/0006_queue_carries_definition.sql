@@ -3,7 +3,7 @@
 -- else. Looking each due entry's version up in `schedule_versions` cost a random page per due
 -- schedule there, in a table that grows with every schedule stored: with 2M schedules stored
 -- and this machine's 128 MB of shared buffers, a third of a 10k-due pass's reads (docs/DESIGN.md,
--- "Why does the planner's queue carry each schedule's definition?"). The copy is written where
+-- "Why does the planner's queue carry each schedule's definition (PostgreSQL)?"). The copy is written where
 -- an entry is written (create, update, resume, and the planning pass that moves it back),
 -- always from the version row it names, and a version row never changes.
 ALTER TABLE schedule_queue
@@ -36,7 +36,18 @@ UPDATE schedule_queue q
  WHERE v.schedule_id = q.schedule_id AND v.version = q.version;
 
 -- An entry without its version row could not be planned before this migration either (the
--- lookup found nothing); failing here names the problem instead of carrying it on.
+-- lookup found nothing); failing here names the schedule instead of carrying the problem on.
+DO $$
+DECLARE
+    orphan UUID;
+BEGIN
+    SELECT schedule_id INTO orphan FROM schedule_queue WHERE kind IS NULL LIMIT 1;
+    IF orphan IS NOT NULL THEN
+        RAISE EXCEPTION 'the planning queue names a version of schedule % that does not exist', orphan;
+    END IF;
+END
+$$;
+
 ALTER TABLE schedule_queue
     ALTER COLUMN kind SET NOT NULL,
     ALTER COLUMN queue SET NOT NULL,

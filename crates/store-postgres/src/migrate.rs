@@ -78,9 +78,13 @@ pub(crate) async fn apply(client: &mut deadpool_postgres::Client) -> Result<u32,
                 )));
             }
         }
-        tx.batch_execute(sql)
-            .await
-            .map_err(|e| StoreError::Migration(format!("migration {version} ({name}): {e}")))?;
+        tx.batch_execute(sql).await.map_err(|e| {
+            // The server's message, not tokio-postgres's bare "db error".
+            let why = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), ToString::to_string);
+            StoreError::Migration(format!("migration {version} ({name}): {why}"))
+        })?;
         tx.execute(
             "INSERT INTO campanile_migrations (version, name) VALUES ($1, $2)",
             &[version, name],
