@@ -62,23 +62,34 @@ impl Default for PgOptions {
     }
 }
 
+/// What went wrong, in words: the server's message for an error it reported, or the client's
+/// with its cause (`tokio_postgres::Error`'s own `Display` says only "db error" for the first
+/// and leaves the cause out of the second).
+pub(crate) fn pg_message(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return db.to_string();
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
     use tokio_postgres::error::SqlState;
+    let message = pg_message(&e);
     match e.code() {
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::AlreadyExists(e.to_string()),
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::AlreadyExists(message),
         Some(c)
             if *c == SqlState::ADMIN_SHUTDOWN
                 || *c == SqlState::CANNOT_CONNECT_NOW
                 || *c == SqlState::CONNECTION_FAILURE
                 || *c == SqlState::TOO_MANY_CONNECTIONS =>
         {
-            StoreError::Unavailable(e.to_string())
+            StoreError::Unavailable(message)
         }
-        Some(_) => StoreError::Database(
-            e.as_db_error()
-                .map_or_else(|| e.to_string(), |d| d.to_string()),
-        ),
-        None => StoreError::Unavailable(e.to_string()),
+        Some(_) => StoreError::Database(message),
+        None => StoreError::Unavailable(message),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use campanile_store::{StoreError, upgrade};
 
-use crate::pg_err;
+use crate::{pg_err, pg_message};
 
 /// `(version, name, sql)` of every migration, in order.
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -79,11 +79,7 @@ pub(crate) async fn apply(client: &mut deadpool_postgres::Client) -> Result<u32,
             }
         }
         tx.batch_execute(sql).await.map_err(|e| {
-            // The server's message, not tokio-postgres's bare "db error".
-            let why = e
-                .as_db_error()
-                .map_or_else(|| e.to_string(), ToString::to_string);
-            StoreError::Migration(format!("migration {version} ({name}): {why}"))
+            StoreError::Migration(format!("migration {version} ({name}): {}", pg_message(&e)))
         })?;
         tx.execute(
             "INSERT INTO campanile_migrations (version, name) VALUES ($1, $2)",
