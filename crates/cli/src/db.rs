@@ -80,7 +80,7 @@ pub(crate) fn sqlite_size(path: &std::path::Path) -> Option<u64> {
 }
 
 /// A one-connection store on a benchmark's temporary PostgreSQL schema.
-async fn bench_schema(url: &str, schema: &str) -> Result<PgStore, CliError> {
+pub(crate) async fn bench_schema(url: &str, schema: &str) -> Result<PgStore, CliError> {
     PgStore::connect_with(
         url,
         PgOptions {
@@ -90,33 +90,6 @@ async fn bench_schema(url: &str, schema: &str) -> Result<PgStore, CliError> {
     )
     .await
     .map_err(|e| CliError::runtime(e.to_string()))
-}
-
-/// Bytes of a benchmark's PostgreSQL schema (tables, indexes, TOAST).
-pub(crate) async fn pg_schema_size(url: &str, schema: &str) -> Result<u64, CliError> {
-    bench_schema(url, schema)
-        .await?
-        .schema_bytes()
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))
-}
-
-/// `VACUUM (ANALYZE)` of a benchmark's schema, as autovacuum would after its bulk load.
-pub(crate) async fn pg_vacuum(url: &str, schema: &str) -> Result<(), CliError> {
-    bench_schema(url, schema)
-        .await?
-        .vacuum_analyze()
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))
-}
-
-/// A `CHECKPOINT` of the benchmark's database; false when the role may not.
-pub(crate) async fn pg_checkpoint(url: &str, schema: &str) -> Result<bool, CliError> {
-    bench_schema(url, schema)
-        .await?
-        .checkpoint()
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))
 }
 
 /// Drops a benchmark's temporary PostgreSQL schema.
