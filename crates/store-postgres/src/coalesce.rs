@@ -291,39 +291,40 @@ mod tests {
         tokio::spawn(async move { c.call(key, n).await })
     }
 
-    /// Waits until `n` statements run and `queued` requests of `key` wait (a liveness guard
-    /// fails the test if that never happens, instead of hanging it).
-    async fn until(d: &Doubler, c: &Coalescer<Arc<Doubler>>, key: u8, n: usize, queued: usize) {
+    /// Waits until `done` holds, polling; fails the test with `never` if that takes 30 s
+    /// (a liveness guard instead of a hang).
+    async fn eventually(never: impl std::fmt::Display, mut done: impl FnMut() -> bool) {
         let wait = async {
-            loop {
-                let waiting = c
-                    .groups
-                    .lock()
-                    .unwrap()
-                    .get(&key)
-                    .map_or(0, |g| g.waiting.len());
-                if d.running.load(Ordering::SeqCst) == n && waiting == queued {
-                    return;
-                }
+            while !done() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         };
         tokio::time::timeout(Duration::from_secs(30), wait)
             .await
-            .unwrap_or_else(|_| panic!("never {n} running with {queued} queued"));
+            .unwrap_or_else(|_| panic!("{never}"));
+    }
+
+    /// Waits until `n` statements run and `queued` requests of `key` wait.
+    async fn until(d: &Doubler, c: &Coalescer<Arc<Doubler>>, key: u8, n: usize, queued: usize) {
+        eventually(format!("never {n} running with {queued} queued"), || {
+            let waiting = c
+                .groups
+                .lock()
+                .unwrap()
+                .get(&key)
+                .map_or(0, |g| g.waiting.len());
+            d.running.load(Ordering::SeqCst) == n && waiting == queued
+        })
+        .await;
     }
 
     /// Waits until no task runs and nothing is queued: the last task removes its key right
     /// after sending its answers, so the callers may see them first.
     async fn idle(c: &Coalescer<Arc<Doubler>>) {
-        let wait = async {
-            while !c.groups.lock().unwrap().is_empty() {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), wait)
-            .await
-            .unwrap_or_else(|_| panic!("a key was left behind"));
+        eventually("a key was left behind", || {
+            c.groups.lock().unwrap().is_empty()
+        })
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

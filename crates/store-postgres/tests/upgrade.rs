@@ -57,6 +57,18 @@ async fn old_schema(url: &str, schema: &str, queue: &str, below: i64) -> tokio_p
     c
 }
 
+/// A fresh schema at the version before `below` (see [`old_schema`]), with the test database's
+/// URL and the schema's name; `None`, with a notice, when `CAMPANILE_TEST_PG_URL` is not set.
+async fn old_database(queue: &str, below: i64) -> Option<(String, String, tokio_postgres::Client)> {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
+        return None;
+    };
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let c = old_schema(&url, &schema, queue, below).await;
+    Some((url, schema, c))
+}
+
 fn options(schema: &str) -> PgOptions {
     PgOptions {
         schema: Some(schema.to_string()),
@@ -66,12 +78,9 @@ fn options(schema: &str) -> PgOptions {
 
 #[tokio::test]
 async fn upgrade_refuses_a_live_queue_named_like_a_reserved_route() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
+    let Some((url, schema, c)) = old_database("$legacy", RESERVING).await else {
         return;
     };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let c = old_schema(&url, &schema, "$legacy", RESERVING).await;
     let err = PgStore::connect_with(&url, options(&schema)).await.err();
     let drop = format!("DROP SCHEMA {schema} CASCADE");
     let refused_at = schema_version(&c).await;
@@ -99,12 +108,9 @@ async fn upgrade_refuses_a_live_queue_named_like_a_reserved_route() {
 /// written by an older binary gets it from its version row, and the planner reads it there.
 #[tokio::test]
 async fn upgrade_gives_each_queued_schedule_its_definition() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
+    let Some((url, schema, c)) = old_database("reports", 6).await else {
         return;
     };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let c = old_schema(&url, &schema, "reports", 6).await;
     let store = PgStore::connect_with(&url, options(&schema)).await;
     let due = match &store {
         Ok(store) => Some(
@@ -139,12 +145,9 @@ async fn upgrade_gives_each_queued_schedule_its_definition() {
 /// either) stops the upgrade with that schedule's id, and nothing of it is applied.
 #[tokio::test]
 async fn upgrade_names_a_queued_schedule_without_its_version() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
+    let Some((url, schema, c)) = old_database("reports", 6).await else {
         return;
     };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let c = old_schema(&url, &schema, "reports", 6).await;
     c.batch_execute("UPDATE schedule_queue SET version = 2")
         .await
         .expect("orphan the entry");
