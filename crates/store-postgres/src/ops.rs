@@ -862,9 +862,9 @@ fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
 /// Successes in one statement: `clk` is the instant (the database's clock, or `$5`); `cur`
 /// locks and reads the tenant's occurrences named by the batch (`$2` ids, `$3` epochs sent,
 /// `$4` results, `$6` the reporting workers); `upd` writes SUCCEEDED where the fence holds
-/// (RUNNING, owned by the worker reporting it, the epoch sent, lease not passed); the attempts that succeeded stay on their occurrence rows
-/// ([`OccurrenceDetail::assemble`]), so no attempt row is written. The fence is tested on `cur`, the
-/// rows as locked — their latest committed versions, which nobody can change before this
+/// (RUNNING, owned by the worker reporting it, the epoch sent, lease not passed); the attempts
+/// that succeeded stay on their occurrence rows ([`OccurrenceDetail::assemble`]), so no
+/// attempt row is written. The fence is tested on `cur`, the rows as locked — their latest committed versions, which nobody can change before this
 /// transaction ends — not on `o` as the statement's snapshot saw it: a renewal committed
 /// between the snapshot and the lock must count, as it does for the shared fence's
 /// explanation. One row per occurrence found (none found: one row of NULLs), each with its

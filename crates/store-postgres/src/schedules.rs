@@ -106,6 +106,18 @@ static QUEUE_INSERT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
+/// Bulk-created schedules ($2 ids, $3 shards, $4 positions, of tenant $1) entered in the queue
+/// with the definition of version 1 of schedule $5, which they all share.
+static QUEUE_SEED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
+         SELECT u.shard, u.next, u.id, 1, $1, {}
+           FROM unnest($2::uuid[], $3::int4[], $4::int8[]) AS u(id, shard, next), schedule_versions v
+          WHERE u.next IS NOT NULL AND v.schedule_id = $5 AND v.version = 1",
+        queue_def("v")
+    )
+});
+
 /// Enters a schedule in its shard's queue at `next`, with the definition of `version` (whose
 /// row must be written first).
 pub(crate) async fn queue_insert<C: GenericClient>(
@@ -683,13 +695,7 @@ pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) 
         .await?;
         execute(
             &tx,
-            &format!(
-                "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
-                 SELECT u.shard, u.next, u.id, 1, $1, {}
-                   FROM unnest($2::uuid[], $3::int4[], $4::int8[]) AS u(id, shard, next), schedule_versions v
-                  WHERE u.next IS NOT NULL AND v.schedule_id = $5 AND v.version = 1",
-                queue_def("v")
-            ),
+            &QUEUE_SEED,
             &[&p.tenant.0, &ids, &shards, &nexts, first],
         )
         .await?;
