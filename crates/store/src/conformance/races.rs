@@ -470,3 +470,124 @@ pub fn simultaneous_claimers_and_reporters_keep_their_own_terms(rt: &Runtime, h:
         }
     });
 }
+
+/// A worker renewing its leases while it (or its other thread) reports the same occurrences,
+/// in whatever order each request names them: every call returns — neither request is chosen
+/// as a deadlock victim (PostgreSQL would abort one with `deadlock detected` if the two locked
+/// the same rows in different orders) — every report is accepted, and every renewal speaks
+/// for its own lease. Rounds alternate between a batch of successes (on PostgreSQL, the
+/// shared success statement) and a batch with a failure (the item-by-item path).
+pub fn renewals_and_reports_of_the_same_leases_never_deadlock(rt: &Runtime, h: Harness) {
+    const ROUNDS: i64 = 24;
+    const PER_ROUND: i64 = 40;
+    let store = h.store.clone();
+    rt.block_on(async {
+        let f = Arc::new(fixture(store.as_ref(), "renew-race", "q").await);
+        for round in 0..ROUNDS {
+            insert(
+                store.as_ref(),
+                &f,
+                (0..PER_ROUND)
+                    .map(|i| new_occ(&f, "q", at(round * 1000 + i), 3))
+                    .collect(),
+            )
+            .await;
+            let now = secs(1000 + round * 100);
+            let claimed = claim(store.as_ref(), &f, "q", "w", 1000, 600, now).await;
+            assert_eq!(claimed.len() as i64, PER_ROUND, "round {round}");
+            let leases: Vec<LeaseRef> = claimed
+                .iter()
+                .map(|c| LeaseRef {
+                    occurrence_id: c.id,
+                    epoch: c.epoch,
+                })
+                .collect();
+            let with_failure = round % 2 == 1;
+            // Reported from the middle on, then the first half, as handlers finish.
+            let half = leases.len() / 2;
+            let report: Vec<FinishItem> = leases[half..]
+                .iter()
+                .chain(&leases[..half])
+                .enumerate()
+                .map(|(i, l)| FinishItem {
+                    lease: *l,
+                    finish: if with_failure && i == leases.len() - 1 {
+                        Finish::Failed {
+                            class: ErrorClass::Permanent,
+                            message: "bad input".into(),
+                        }
+                    } else {
+                        ok("\"done\"")
+                    },
+                })
+                .collect();
+            let reversed: Vec<LeaseRef> = leases.iter().rev().copied().collect();
+            let interleaved: Vec<LeaseRef> = leases
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .chain(leases.iter().step_by(2))
+                .copied()
+                .collect();
+            let renewal = |order: Vec<LeaseRef>| {
+                let (store, f) = (store.clone(), f.clone());
+                tokio::spawn(async move {
+                    let got = store
+                        .lease_renew(LeaseRenew {
+                            tenant: f.tenant,
+                            worker_id: "w".into(),
+                            leases: order.clone(),
+                            lease: SignedDuration::from_secs(900),
+                            now: Some(now),
+                        })
+                        .await
+                        .expect("a renewal racing a report must not fail");
+                    (order, got)
+                })
+            };
+            let renewals = [renewal(reversed), renewal(interleaved)];
+            let reporter = {
+                let (store, f, items) = (store.clone(), f.clone(), report.clone());
+                tokio::spawn(async move {
+                    store
+                        .occurrence_finish_many(OccurrenceFinishMany {
+                            tenant: f.tenant,
+                            worker_id: "w".into(),
+                            items,
+                            now: Some(now),
+                        })
+                        .await
+                        .expect("a report racing renewals must not fail")
+                })
+            };
+            let acks = reporter.await.unwrap();
+            assert_eq!(acks.len(), report.len());
+            for (item, ack) in report.iter().zip(&acks) {
+                assert_eq!(ack.occurrence_id, item.lease.occurrence_id);
+                assert!(ack.accepted() && ack.rows == 1, "round {round}: {ack:?}");
+            }
+            let renewed_until = now.checked_add(SignedDuration::from_secs(900)).unwrap();
+            for r in renewals {
+                let (order, got) = r.await.unwrap();
+                assert_eq!(got.len(), order.len());
+                for (sent, g) in order.iter().zip(&got) {
+                    assert_eq!(g.lease, *sent, "round {round}: answers in the order asked");
+                    if g.renewed {
+                        assert_eq!(g.lease_until, Some(renewed_until), "round {round}");
+                    }
+                }
+            }
+            for (i, item) in report.iter().enumerate() {
+                let o = get(store.as_ref(), &f, item.lease.occurrence_id, now)
+                    .await
+                    .occurrence;
+                let want = if with_failure && i == report.len() - 1 {
+                    OccurrenceState::Dead
+                } else {
+                    OccurrenceState::Succeeded
+                };
+                assert_eq!(o.state, want, "round {round}, item {i}");
+            }
+        }
+    });
+}
