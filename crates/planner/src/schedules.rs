@@ -18,6 +18,10 @@ pub struct ScheduleView {
     pub next_fires: Vec<Timestamp>,
 }
 
+/// The longest retry backoff a schedule may ask for. Longer would be a retry nobody waits
+/// for, and unbounded values overflow the instant a retry is due.
+pub const MAX_BACKOFF: SignedDuration = SignedDuration::from_hours(30 * 24);
+
 /// Checks a definition and returns its calendar.
 ///
 /// # Errors
@@ -48,6 +52,12 @@ pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
             "retry.backoff_initial_ms must be positive and at most retry.backoff_max_ms".into(),
         ));
     }
+    if spec.backoff_max > MAX_BACKOFF {
+        return Err(PlannerError::Invalid(format!(
+            "retry.backoff_max_ms must be at most {} (30 days)",
+            MAX_BACKOFF.as_millis()
+        )));
+    }
     if spec.flex_window.is_negative() || spec.flex_window > SignedDuration::from_hours(24) {
         return Err(PlannerError::Invalid(
             "flex_window_seconds must be between 0 and 86400".into(),
@@ -58,10 +68,15 @@ pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
             "misfire.max_lateness_seconds must not be negative".into(),
         ));
     }
-    if let campanile_core::Misfire::Catchup { max, .. } = spec.misfire {
+    if let campanile_core::Misfire::Catchup { max, interval, .. } = spec.misfire {
         if max == 0 || max > 10_000 {
             return Err(PlannerError::Invalid(
                 "misfire.catchup_max must be between 1 and 10000".into(),
+            ));
+        }
+        if interval.is_negative() || interval > SignedDuration::from_hours(24) {
+            return Err(PlannerError::Invalid(
+                "misfire.catchup_interval_ms must be between 0 and 86400000 (one day)".into(),
             ));
         }
     }

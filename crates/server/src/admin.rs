@@ -1,7 +1,7 @@
 //! `/v1/admin`: tenant management with an admin key.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use campanile_store::{StoreError, TenantCreate};
 use jiff::Timestamp;
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::{Admin, issue_key};
-use crate::body::JsonBody;
+use crate::body::{JsonBody, PathParams};
 use crate::{ApiError, AppState, ErrorBody};
 
 /// Body of `POST /v1/admin/tenants`.
@@ -121,7 +121,7 @@ pub(crate) async fn list_tenants(
 pub(crate) async fn create_key(
     State(state): State<AppState>,
     _admin: Admin,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
 ) -> Result<(StatusCode, Json<KeyOut>), ApiError> {
     let t = state
         .store

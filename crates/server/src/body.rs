@@ -1,8 +1,10 @@
-//! The JSON body extractor: rejections come back in the API's own error format, and the raw
-//! bytes are kept for idempotency hashing.
+//! Extractors whose rejections come back in the API's own JSON error format: the JSON body
+//! (its raw bytes kept for idempotency hashing), the query string and the path parameters.
+//! axum's own extractors answer a malformed query or path with a plain-text 400.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
@@ -25,6 +27,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase) // media types are case-insensitive
             .is_some_and(|ct| ct.starts_with("application/json") || ct.contains("+json"));
         if !json {
             return Err(ApiError::new(
@@ -49,10 +52,58 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Parses JSON: malformed JSON is a 400, well-formed JSON of the wrong shape a 422 naming the
-/// field (`retry.max_attempts: invalid type …`).
+/// The query string, parsed into `T`; a malformed one is a JSON 400 naming the parameter.
+#[derive(Debug)]
+pub(crate) struct QueryParams<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| QueryParams(q))
+            .map_err(|r| ApiError::bad_request(r.body_text()))
+    }
+}
+
+/// The path parameters, parsed into `T`; one that cannot be (not UTF-8) is a JSON 400.
+#[derive(Debug)]
+pub(crate) struct PathParams<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(p)| PathParams(p))
+            .map_err(|r| ApiError::bad_request(r.body_text()))
+    }
+}
+
+/// Parses JSON: malformed JSON (including anything after the value) is a 400, well-formed
+/// JSON of the wrong shape a 422 naming the field (`retry.max_attempts: invalid type …`).
+/// Every body is an object: serde would also take a struct as a positional array, which no
+/// client means to send.
 pub(crate) fn parse<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
+    let first = raw
+        .iter()
+        .copied()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(b'{') && serde_json::from_slice::<serde::de::IgnoredAny>(raw).is_ok() {
+        return Err(ApiError::invalid("the request body must be a JSON object"));
+    }
     let de = &mut serde_json::Deserializer::from_slice(raw);
+    let value = deserialize(de)?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+    Ok(value)
+}
+
+fn deserialize<'de, T: DeserializeOwned>(
+    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'de>>,
+) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -85,6 +136,36 @@ mod tests {
     struct Outer {
         queue: Option<String>,
         retry: Option<Inner>,
+    }
+
+    #[test]
+    fn a_body_is_one_json_object_and_nothing_else() {
+        for (raw, status, needle) in [
+            (
+                &br#"{"queue": "q"} trailing"#[..],
+                StatusCode::BAD_REQUEST,
+                "trailing",
+            ),
+            (
+                br#"{"queue": "q"}{"queue": "z"}"#,
+                StatusCode::BAD_REQUEST,
+                "trailing",
+            ),
+            (
+                br#"[null, null]"#,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "JSON object",
+            ),
+            (br#""q""#, StatusCode::UNPROCESSABLE_ENTITY, "JSON object"),
+            (b"5", StatusCode::UNPROCESSABLE_ENTITY, "JSON object"),
+            (b"nul", StatusCode::BAD_REQUEST, "malformed"),
+        ] {
+            let e = parse::<Outer>(raw).unwrap_err();
+            let shown = String::from_utf8_lossy(raw);
+            assert_eq!(e.status(), status, "{shown}: {}", e.message());
+            assert!(e.message().contains(needle), "{shown}: {}", e.message());
+        }
+        assert!(parse::<Outer>(b" {\"queue\": \"q\"}\n").is_ok());
     }
 
     #[test]

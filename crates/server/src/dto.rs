@@ -214,6 +214,15 @@ impl ScheduleInput {
                         "misfire.max_lateness_seconds must be between 0 and 31622400",
                     ));
                 }
+                if m.policy != "catchup"
+                    && (m.catchup_max.is_some() || m.catchup_interval_ms.is_some())
+                {
+                    return Err(ApiError::invalid(format!(
+                        "misfire.catchup_max and misfire.catchup_interval_ms apply only to the \
+                         catchup policy, not to '{}'",
+                        m.policy
+                    )));
+                }
                 match m.policy.as_str() {
                     "skip" => Misfire::Skip {
                         max_lateness: lateness(m),
@@ -227,7 +236,7 @@ impl ScheduleInput {
                             ApiError::invalid("misfire.catchup_max is required for catchup")
                         })?,
                         interval: SignedDuration::from_millis(
-                            m.catchup_interval_ms.unwrap_or(1000).max(0),
+                            m.catchup_interval_ms.unwrap_or(1000),
                         ),
                     },
                     other => {

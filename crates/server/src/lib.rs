@@ -186,6 +186,16 @@ async fn fallback() -> ApiError {
     )
 }
 
+/// A route that exists, asked with a method it does not take (the `Allow` header lists those
+/// it does).
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method; the Allow header lists those it does",
+    )
+}
+
 /// The router: `/v1` API, `/openapi.json`, `/metrics`, `/healthz`, `/readyz`.
 pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
     let v1 = Router::new()
@@ -215,13 +225,15 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
             "/admin/tenants",
             post(admin::create_tenant).get(admin::list_tenants),
         )
-        .route("/admin/tenants/{name}/keys", post(admin::create_key));
+        .route("/admin/tenants/{name}/keys", post(admin::create_key))
+        .method_not_allowed_fallback(method_not_allowed);
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .route("/openapi.json", get(openapi_json))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
         .with_state(state)

@@ -2,7 +2,7 @@
 //! occurrences, and the worker protocol (claim, renew, complete, fail, redrive).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use campanile_core::{ErrorClass, OccurrenceId};
 use campanile_store::{
     Ack, Claimed, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel,
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
-use crate::body::JsonBody;
+use crate::body::{JsonBody, PathParams, QueryParams};
 use crate::dto::{OccurrenceList, OccurrenceOut, parse_state};
 use crate::schedules::parse_schedule_id;
 use crate::{ApiError, AppState, ErrorBody};
@@ -34,6 +34,7 @@ fn check_worker(worker_id: &str) -> Result<(), ApiError> {
 
 /// Query of `GET /v1/occurrences`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Only this schedule.
     schedule_id: Option<String>,
@@ -55,12 +56,12 @@ fn instant(name: &str, s: &str) -> Result<Timestamp, ApiError> {
 }
 
 /// Occurrences by schedule, state and planned-time range, in planned order.
-#[utoipa::path(get, path = "/v1/occurrences", params(ListQuery), tag = "occurrences",
+#[utoipa::path(get, path = "/v1/occurrences", operation_id = "list_occurrences", params(ListQuery), tag = "occurrences",
     responses((status = 200, body = OccurrenceList), (status = 422, body = ErrorBody)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(q): Query<ListQuery>,
+    QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<OccurrenceList>, ApiError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
@@ -126,12 +127,12 @@ async fn get_by(
 }
 
 /// One occurrence with its attempts, result and version.
-#[utoipa::path(get, path = "/v1/occurrences/{id}", tag = "occurrences", params(("id" = String, Path)),
+#[utoipa::path(get, path = "/v1/occurrences/{id}", operation_id = "get_occurrence", tag = "occurrences", params(("id" = String, Path)),
     responses((status = 200, body = OccurrenceOut), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<OccurrenceOut>, ApiError> {
     let oid = parse_occurrence_id(&id)?;
     get_by(
@@ -150,7 +151,7 @@ pub(crate) async fn get(
 pub(crate) async fn get_planned(
     State(state): State<AppState>,
     caller: Caller,
-    Path((id, at)): Path<(String, String)>,
+    PathParams((id, at)): PathParams<(String, String)>,
 ) -> Result<Json<OccurrenceOut>, ApiError> {
     let schedule_id = parse_schedule_id(&id)?;
     let scheduled_for = instant("scheduled_for", &at)?;
@@ -217,7 +218,7 @@ pub(crate) struct ClaimOut {
 pub(crate) async fn claim(
     State(state): State<AppState>,
     caller: Caller,
-    Path(queue): Path<String>,
+    PathParams(queue): PathParams<String>,
     body: JsonBody<ClaimInput>,
 ) -> Result<Json<ClaimOut>, ApiError> {
     let b = body.value;
@@ -511,7 +512,7 @@ fn failure(class: &str, message: Option<String>) -> Result<Finish, ApiError> {
 pub(crate) async fn complete(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     body: JsonBody<CompleteInput>,
 ) -> Result<Json<AckOut>, ApiError> {
     let b = body.value;
@@ -535,7 +536,7 @@ pub(crate) async fn complete(
 pub(crate) async fn fail(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     body: JsonBody<FailInput>,
 ) -> Result<Json<AckOut>, ApiError> {
     let b = body.value;
@@ -602,7 +603,12 @@ pub(crate) async fn completions(
     let mut items = Vec::with_capacity(b.items.len());
     for (i, it) in b.items.into_iter().enumerate() {
         let finish = match (it.result, it.failure) {
-            (_, Some(f)) => failure(&f.class, f.message)
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid(format!(
+                    "items[{i}]: give either result (a success) or failure, not both"
+                )));
+            }
+            (None, Some(f)) => failure(&f.class, f.message)
                 .map_err(|e| ApiError::invalid(format!("items[{i}]: {}", e.message())))?,
             (r, None) => Finish::Succeeded {
                 result: r.map(|r| r.to_string()),
@@ -638,7 +644,7 @@ pub(crate) async fn completions(
 pub(crate) async fn redrive(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<AckOut>, ApiError> {
     let occurrence_id = parse_occurrence_id(&id)?;
     let ack = state
@@ -655,12 +661,12 @@ pub(crate) async fn redrive(
 }
 
 /// Ask to cancel one occurrence: pending ones are canceled, running ones flagged.
-#[utoipa::path(post, path = "/v1/occurrences/{id}/cancel", tag = "occurrences", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/occurrences/{id}/cancel", operation_id = "cancel_occurrence", tag = "occurrences", params(("id" = String, Path)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<AckOut>, ApiError> {
     let occurrence_id = parse_occurrence_id(&id)?;
     let ack = state

@@ -1,7 +1,7 @@
 //! `/v1/schedules`: create (idempotent), read, list, update, pause, resume, cancel, preview.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use campanile_calendar::{Calendar, DstPolicy};
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
-use crate::body::JsonBody;
+use crate::body::{JsonBody, PathParams, QueryParams};
 use crate::dto::{DstDto, InFlight, ScheduleChangeOut, ScheduleInput, ScheduleList, ScheduleOut};
 use crate::{ApiError, AppState, ErrorBody};
 
@@ -153,6 +153,7 @@ async fn create_now(
 
 /// Query of `GET /v1/schedules`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Page size (1–500, default 50).
     limit: Option<u32>,
@@ -165,12 +166,12 @@ pub(crate) struct ListQuery {
 }
 
 /// List the tenant's schedules, oldest first.
-#[utoipa::path(get, path = "/v1/schedules", params(ListQuery), tag = "schedules",
+#[utoipa::path(get, path = "/v1/schedules", operation_id = "list_schedules", params(ListQuery), tag = "schedules",
     responses((status = 200, body = ScheduleList), (status = 401, body = ErrorBody)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(q): Query<ListQuery>,
+    QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<ScheduleList>, ApiError> {
     let limit = q.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
@@ -219,12 +220,12 @@ pub(crate) async fn list(
 }
 
 /// One schedule, with its next 5 fire times.
-#[utoipa::path(get, path = "/v1/schedules/{id}", tag = "schedules", params(("id" = String, Path)),
+#[utoipa::path(get, path = "/v1/schedules/{id}", operation_id = "get_schedule", tag = "schedules", params(("id" = String, Path)),
     responses((status = 200, body = ScheduleOut), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<ScheduleOut>, ApiError> {
     let id = parse_schedule_id(&id)?;
     let view = state
@@ -242,7 +243,7 @@ pub(crate) async fn get(
 pub(crate) async fn update(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     body: JsonBody<ScheduleInput>,
 ) -> Result<Json<ScheduleChangeOut>, ApiError> {
     let id = parse_schedule_id(&id)?;
@@ -287,7 +288,7 @@ async fn transition(
 pub(crate) async fn pause(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<ScheduleChangeOut>, ApiError> {
     transition(state, caller, id, ScheduleState::Paused).await
 }
@@ -298,18 +299,18 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<ScheduleChangeOut>, ApiError> {
     transition(state, caller, id, ScheduleState::Active).await
 }
 
 /// Cancel for good. History stays queryable.
-#[utoipa::path(post, path = "/v1/schedules/{id}/cancel", tag = "schedules", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/schedules/{id}/cancel", operation_id = "cancel_schedule", tag = "schedules", params(("id" = String, Path)),
     responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<ScheduleChangeOut>, ApiError> {
     transition(state, caller, id, ScheduleState::Canceled).await
 }

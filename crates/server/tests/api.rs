@@ -361,6 +361,24 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             "colour",
         ),
         (json!({"queue": 42, "every": "1h"}), "queue"),
+        // Out of range: a backoff this long used to be accepted, then made every transient
+        // failure of its occurrences a 500 (the retry instant did not exist).
+        (
+            json!({"queue": "q", "every": "1h", "retry": {"backoff_initial_ms": i64::MAX, "backoff_max_ms": i64::MAX}}),
+            "backoff_max_ms must be at most",
+        ),
+        (
+            json!({"queue": "q", "every": "1h", "misfire": {"policy": "catchup", "catchup_max": 5, "catchup_interval_ms": -1}}),
+            "catchup_interval_ms",
+        ),
+        (
+            json!({"queue": "q", "every": "1h", "misfire": {"policy": "catchup", "catchup_max": 5, "catchup_interval_ms": i64::MAX}}),
+            "catchup_interval_ms",
+        ),
+        (
+            json!({"queue": "q", "every": "1h", "misfire": {"policy": "skip", "catchup_max": 5}}),
+            "only to the catchup policy",
+        ),
     ];
     for (body, needle) in cases {
         let (s, v) = app
@@ -392,6 +410,43 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
         (s, code(&v)),
         (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
     );
+    // One JSON object and nothing after it; media types compare case-insensitively.
+    let one = r#"{"queue": "q", "every": "1h"}"#;
+    let (s, v, _) = app
+        .raw(req("application/json", format!("{one} trailing")))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{v}"
+    );
+    let (s, v, _) = app
+        .raw(req("application/json", format!("{one}{one}")))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{v}"
+    );
+    let (s, v, _) = app
+        .raw(req(
+            "application/json",
+            r#"[null, "q", null, "0 0 * * *"]"#.into(),
+        ))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{v}"
+    );
+    let (s, v, _) = app
+        .raw(req("Application/JSON", r#"{"queue": 42}"#.into()))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "read as JSON, then refused for its content: {v}"
+    );
     let big = json!({"queue": "q", "every": "1h", "payload": "x".repeat(4096)}).to_string();
     let (s, v, _) = app.raw(req("application/json", big)).await;
     assert_eq!(
@@ -413,6 +468,59 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             "{path}: {v}"
         );
     }
+    // A query string or path that cannot be parsed at all is a JSON 400 too (axum's own
+    // extractors answered these in plain text).
+    for path in [
+        "/v1/schedules?limit=abc",
+        "/v1/schedules?limit=-1",
+        "/v1/schedules?limit=1&limit=2",
+        "/v1/occurrences?limit=99999999999",
+    ] {
+        let (s, v) = app.call("GET", path, k, None).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::BAD_REQUEST, "invalid_request"),
+            "{path}: {v}"
+        );
+        assert!(
+            v["message"].as_str().unwrap().contains("limit"),
+            "{path}: {v}"
+        );
+    }
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/queues/%FF/claim",
+            k,
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{v}"
+    );
+    // A route asked with a method it does not take: JSON, and the methods it does take.
+    let wrong = Request::builder()
+        .method("DELETE")
+        .uri("/v1/schedules")
+        .header("authorization", format!("Bearer {}", app.a))
+        .body(Body::empty())
+        .unwrap();
+    let (s, v, headers) = app.raw(wrong).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        "{v}"
+    );
+    let allow = headers
+        .get("allow")
+        .and_then(|a| a.to_str().ok())
+        .unwrap_or("");
+    assert!(
+        allow.contains("GET") && allow.contains("POST"),
+        "Allow: {allow}"
+    );
     let (s, v) = app.call("GET", "/v1/schedules/not-a-uuid", k, None).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, v) = app.call("GET", "/v1/nothing-here", k, None).await;
@@ -603,6 +711,24 @@ async fn the_worker_protocol_over_http() {
         )
         .await;
     assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "wrong_state"));
+
+    // An item is a success or a failure, never both (the result would be dropped).
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w1", "items": [
+                {"occurrence_id": occ(3), "epoch": epoch(3), "result": {"a": 1}, "failure": {"class": "transient"}}
+            ]})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{v}"
+    );
+    assert!(v["message"].as_str().unwrap().contains("items[0]"), "{v}");
 
     // Batch: each item fenced on its own.
     let (s, v) = app
@@ -865,6 +991,29 @@ async fn health_readiness_metrics_and_openapi() {
                 op["responses"].as_object().is_some_and(|r| !r.is_empty()),
                 "{method} {path} documents no responses"
             );
+        }
+    }
+    // What validators check beyond parsing: operation ids are unique, and a parameter "in
+    // path" is one of the path's own `{…}` (list filters were once documented as required
+    // path parameters).
+    let mut ids = std::collections::HashSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap_or_default();
+            assert!(
+                ids.insert(id.to_string()),
+                "operationId '{id}' repeats ({method} {path})"
+            );
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                let name = p["name"].as_str().unwrap();
+                let in_path = path.contains(&format!("{{{name}}}"));
+                assert_eq!(
+                    p["in"] == "path",
+                    in_path,
+                    "{method} {path}: parameter '{name}' is declared in {}",
+                    p["in"]
+                );
+            }
         }
     }
 }

@@ -52,12 +52,16 @@ impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Conflict::NotFound => write!(f, "no such occurrence"),
-            Conflict::StaleEpoch { sent, current } => {
+            Conflict::StaleEpoch { sent, current } if sent < current => {
                 write!(
                     f,
                     "stale epoch {sent}: the occurrence was re-claimed (epoch {current})"
                 )
             }
+            Conflict::StaleEpoch { sent, current } => write!(
+                f,
+                "epoch {sent} was never issued for this occurrence (its epoch is {current})"
+            ),
             Conflict::NotOwner { owner: Some(o) } => write!(f, "lease is held by '{o}'"),
             Conflict::NotOwner { owner: None } => write!(f, "occurrence has no owner"),
             Conflict::LeaseExpired { lease_until } => write!(f, "lease expired at {lease_until}"),

@@ -65,6 +65,12 @@ pub fn check(
             current: v.epoch,
         }));
     }
+    if v.owner.is_none() && v.state != OccurrenceState::Running {
+        // Never claimed (a claim sets the owner): its state says more than "no owner".
+        return Ok(Some(Conflict::WrongState {
+            state: reported(v.state, v.available_at, now),
+        }));
+    }
     if v.owner.as_deref() != Some(worker) {
         return Ok(Some(Conflict::NotOwner {
             owner: v.owner.clone(),
@@ -136,7 +142,12 @@ pub fn plan(
                     SignedDuration::from_millis(v.backoff_max_ms.max(initial)),
                 )
                 .map_err(|e| StoreError::Database(e.to_string()))?;
-                now.saturating_add(backoff.delay(id, v.attempts).as_millis() as i64)
+                // Schedules validate their backoff (at most 30 days); a row stored before that
+                // check still gets an instant that exists, not an error that fails its batch.
+                let delay =
+                    i64::try_from(backoff.delay(id, v.attempts).as_millis()).unwrap_or(i64::MAX);
+                now.saturating_add(delay)
+                    .min(Timestamp::MAX.as_second() * 1000)
             } else {
                 v.available_at
             };
@@ -294,6 +305,80 @@ mod relay_tests {
         );
         for s in [Succeeded, Dead, Canceled, Missed, SkippedOverlap] {
             assert_eq!(relay_step(&view(s, 0, None), 10), RelayStep::Settle(s));
+        }
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use campanile_core::ScheduleId;
+
+    /// A refusal names the actual reason: a report for an occurrence nobody claimed gives its
+    /// state, not "no owner"; an epoch above the current one was never issued, so the
+    /// occurrence was not "re-claimed".
+    #[test]
+    fn refusals_say_what_actually_happened() {
+        let mut v = FenceView {
+            state: OccurrenceState::Canceled,
+            owner: None,
+            epoch: 0,
+            lease_until: None,
+            available_at: 0,
+            attempts: 0,
+            max_attempts: 3,
+            backoff_initial_ms: 1,
+            backoff_max_ms: 1,
+        };
+        let c = check(&v, "w", 0, 10).unwrap();
+        assert_eq!(
+            c,
+            Some(Conflict::WrongState {
+                state: OccurrenceState::Canceled
+            })
+        );
+        v.state = OccurrenceState::Running;
+        v.owner = Some("w".into());
+        v.epoch = 1;
+        v.lease_until = Some(100);
+        let ahead = check(&v, "w", 2, 10).unwrap().unwrap().to_string();
+        assert!(ahead.contains("never issued"), "{ahead}");
+        v.epoch = 3;
+        let behind = check(&v, "w", 2, 10).unwrap().unwrap().to_string();
+        assert!(behind.contains("re-claimed (epoch 3)"), "{behind}");
+    }
+
+    /// A row whose backoff was stored before schedules were checked for it (up to i64::MAX
+    /// ms) still gets a retry instant that exists: the latest one, not an error that would
+    /// fail the worker's whole batch.
+    #[test]
+    fn an_overlong_stored_backoff_retries_at_the_last_instant_not_an_error() {
+        let v = FenceView {
+            state: OccurrenceState::Running,
+            owner: Some("w".into()),
+            epoch: 1,
+            lease_until: Some(2_000),
+            available_at: 0,
+            attempts: 1,
+            max_attempts: 5,
+            backoff_initial_ms: i64::MAX,
+            backoff_max_ms: i64::MAX,
+        };
+        let id =
+            campanile_core::occurrence_id(ScheduleId(uuid::Uuid::nil()), 1, Timestamp::UNIX_EPOCH);
+        let failed = Finish::Failed {
+            class: ErrorClass::Transient,
+            message: "later".into(),
+        };
+        for now in [1_000, 1_001, 1_999] {
+            let p = plan(&v, id, &failed, now).expect("a plan, not an error");
+            assert_eq!(p.state, OccurrenceState::RetryWait);
+            assert!(p.available_at >= now);
+            assert!(
+                ts(p.available_at).is_ok(),
+                "{} is no instant",
+                p.available_at
+            );
         }
     }
 }
