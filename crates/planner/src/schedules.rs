@@ -80,6 +80,13 @@ pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
             ));
         }
     }
+    if let Timing::Every { period, anchor } = spec.timing {
+        if anchor.checked_add(period).is_err() {
+            return Err(PlannerError::Invalid(format!(
+                "every: {period:#} is too long: the schedule would never fire a second time"
+            )));
+        }
+    }
     calendar_of(spec)
 }
 
@@ -162,6 +169,9 @@ impl Schedules {
     }
 
     fn view(record: ScheduleRecord, now: Timestamp) -> ScheduleView {
+        // Instants are stored to the millisecond (an interval's anchor too), so "from now"
+        // starts at now's millisecond: an anchor of "now" is the first fire, as planned.
+        let now = Timestamp::from_millisecond(now.as_millisecond()).unwrap_or(now);
         let next_fires = upcoming(&record, now, 5);
         ScheduleView { record, next_fires }
     }

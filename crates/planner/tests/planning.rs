@@ -131,5 +131,26 @@ async fn next_fires_and_first_instant(env: Env) {
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("Mars/Base"), "{bad}");
+
+    // An interval anchored at "now" fires at its anchor, and says so. The API anchors it at
+    // the store's clock, finer than the millisecond instants are stored in: the first fire
+    // used to be missing from next_fires while its occurrence was planned.
+    let fine = ts("2026-03-08T00:00:00.000500Z");
+    let v = s
+        .create(
+            env.tenant,
+            spec(Timing::Every {
+                period: SignedDuration::from_hours(1),
+                anchor: fine,
+            }),
+            Some(fine),
+        )
+        .await
+        .unwrap();
+    let whole = ts("2026-03-08T00:00:00Z");
+    assert_eq!(v.next_fires.first(), Some(&whole), "{:?}", v.next_fires);
+    planner(&env, "n").tick(Some(fine)).await.unwrap();
+    let occ = occurrences(&env, v.record.id).await;
+    assert_eq!(occ.first().map(|o| o.scheduled_for), Some(whole));
 }
 both!(next_fires_and_first_instant);

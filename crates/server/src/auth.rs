@@ -125,9 +125,11 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<ApiKeyRecord, A
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(ApiError::unauthorized)?;
+    // The scheme is case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` are `Bearer`.
     let key = value
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim())
         .filter(|k| !k.is_empty())
         .ok_or_else(ApiError::unauthorized)?;
     let hash = hash_key(key);

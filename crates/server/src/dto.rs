@@ -191,9 +191,13 @@ impl ScheduleInput {
             Timing::At(at)
         } else {
             let text = self.every.as_deref().unwrap_or_default();
-            let period: SignedDuration = text.parse().map_err(|e| {
+            let period: SignedDuration = text.parse().map_err(|_| {
+                // jiff's own message suggests a Rust type; say what to write instead. An
+                // interval is exact, so days (which DST makes 23 or 25 hours) are not
+                // accepted: a daily job at a local time is a cron schedule.
                 ApiError::invalid(format!(
-                    "every: '{text}' is not a duration (e.g. 90s, 1h 30m, PT15M): {e}"
+                    "every: '{text}' is not a duration in hours, minutes and seconds (e.g. 90s, \
+                     1h 30m, 24h, PT15M); for a time of day in a zone, use cron"
                 ))
             })?;
             if period < SignedDuration::from_secs(1) {

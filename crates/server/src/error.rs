@@ -113,6 +113,13 @@ impl IntoResponse for ApiError {
             details: self.details,
         };
         let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 9110 §11.6.1: a 401 names the scheme that would succeed.
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"campanile\""),
+            );
+        }
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);

@@ -73,7 +73,13 @@ pub(crate) async fn create(
         return Ok((StatusCode::CREATED, Json(out)).into_response());
     };
     // Reserve the key before creating, so two concurrent first requests cannot both create.
-    let request_hash = crate::auth::hash_key(&String::from_utf8_lossy(&body.raw));
+    // The request as JSON means it, not as bytes: a client that re-serializes its retry with
+    // other spacing or key order sends the same request (serde_json's maps sort their keys).
+    // Keys reserved by a version that hashed the raw bytes still match those bytes.
+    let raw_hash = crate::auth::hash_key(&String::from_utf8_lossy(&body.raw));
+    let request_hash = serde_json::from_slice::<serde_json::Value>(&body.raw)
+        .map(|v| crate::auth::hash_key(&v.to_string()))
+        .unwrap_or_else(|_| raw_hash.clone());
     let reserved = state
         .store
         .idempotency_put(IdempotencyPut {
@@ -97,7 +103,7 @@ pub(crate) async fn create(
                     "a request with this Idempotency-Key just finished failing; retry",
                 )
             })?;
-        if prev.request_hash != request_hash {
+        if prev.request_hash != request_hash && prev.request_hash != raw_hash {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",

@@ -125,6 +125,36 @@ fn due_now(queue: &str) -> Value {
 }
 
 #[tokio::test]
+async fn the_auth_scheme_is_case_insensitive_and_a_401_names_it() {
+    let app = app().await;
+    // A 401 names the scheme; the scheme is case-insensitive, the key is not.
+    let with = |auth: String| {
+        Request::builder()
+            .uri("/v1/schedules")
+            .header("authorization", auth)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (s, _, headers) = app.raw(with("Basic abc".into())).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let challenge = headers
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok());
+    assert!(
+        challenge.is_some_and(|c| c.starts_with("Bearer")),
+        "{challenge:?}"
+    );
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let (s, v, _) = app.raw(with(format!("{scheme} {}", app.a))).await;
+        assert_eq!(s, StatusCode::OK, "{scheme}: {v}");
+    }
+    let (s, _, _) = app
+        .raw(with(format!("Bearer {}", app.a.to_uppercase())))
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
 async fn every_v1_route_requires_a_valid_key() {
     let app = app().await;
     let id = "01a22920-d853-729f-9c55-289f7af8c7d4";
@@ -340,6 +370,11 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
         ),
         (json!({"queue": "q", "at": now_plus(-3600)}), "past"),
         (json!({"queue": "q", "every": "soon"}), "every"),
+        (json!({"queue": "q", "every": "1d"}), "24h"),
+        (
+            json!({"queue": "q", "every": "99999999999h"}),
+            "never fire a second time",
+        ),
         (
             json!({"queue": "q", "every": "1h", "lease_seconds": 0}),
             "lease_seconds",
@@ -573,6 +608,15 @@ async fn idempotency_key_makes_create_safe_to_retry() {
     let (s2, v2, _) = app.raw(req(&body)).await;
     assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED));
     assert_eq!(v1["id"], v2["id"], "the retry returns the first schedule");
+    // The same request re-serialized (other spacing, other key order) is the same request.
+    let mut again = req(&body);
+    *again.body_mut() = Body::from("{ \"every\" : \"1h\",\n  \"queue\": \"q\" }");
+    let (s3, v3, _) = app.raw(again).await;
+    assert_eq!(s3, StatusCode::CREATED, "{v3}");
+    assert_eq!(
+        v1["id"], v3["id"],
+        "a re-serialized retry returns the first schedule"
+    );
     let (_, list) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
     assert_eq!(list["schedules"].as_array().unwrap().len(), 1);
     let (s, v, _) = app
