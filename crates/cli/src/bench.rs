@@ -189,6 +189,7 @@ pub(crate) async fn seed_due(
                     backoff_max: spec.backoff_max,
                     state: campanile_core::OccurrenceState::Ready,
                     overlap: spec.overlap,
+                    lease: spec.lease,
                 }
             })
             .collect();

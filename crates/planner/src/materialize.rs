@@ -71,6 +71,7 @@ fn occurrence(
         backoff_max: s.backoff_max,
         state,
         overlap: s.overlap,
+        lease: s.lease,
     }
 }
 

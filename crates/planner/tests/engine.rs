@@ -57,7 +57,7 @@ async fn engine_plans_and_sweeps_in_real_time(env: Env) {
                 queue: "jobs".into(),
                 worker_id: "ghost".into(),
                 max: 1,
-                lease: SignedDuration::from_secs(1),
+                lease: Some(SignedDuration::from_secs(1)),
                 now: None,
             })
             .await

@@ -32,7 +32,7 @@ async fn update_makes_a_new_version_and_retires_the_old(env: Env) {
             queue: "jobs".into(),
             worker_id: "w".into(),
             max: 1,
-            lease: SignedDuration::from_secs(600),
+            lease: Some(SignedDuration::from_secs(600)),
             now: Some(t0),
         })
         .await
@@ -76,7 +76,7 @@ async fn update_makes_a_new_version_and_retires_the_old(env: Env) {
                 occurrence_id: running[0].id,
                 epoch: 1,
             }],
-            lease: SignedDuration::from_secs(60),
+            lease: Some(SignedDuration::from_secs(60)),
             now: Some(plus(t0, 61)),
         })
         .await
@@ -179,7 +179,7 @@ async fn lifecycle_races_with_claims(env: Env) {
                         queue: "jobs".into(),
                         worker_id: worker.clone(),
                         max: 5,
-                        lease: SignedDuration::from_secs(30),
+                        lease: Some(SignedDuration::from_secs(30)),
                         now: Some(now(&clock)),
                     })
                     .await

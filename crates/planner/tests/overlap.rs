@@ -14,7 +14,7 @@ async fn claim(env: &Env, worker: &str, now: Timestamp) -> Vec<Claimed> {
             queue: "jobs".into(),
             worker_id: worker.into(),
             max: 10,
-            lease: SignedDuration::from_secs(600),
+            lease: Some(SignedDuration::from_secs(600)),
             now: Some(now),
         })
         .await

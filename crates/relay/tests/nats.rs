@@ -160,6 +160,7 @@ async fn seed(
             backoff_max: SignedDuration::from_secs(1),
             state: OccurrenceState::Ready,
             overlap: Overlap::Allow,
+            lease: SignedDuration::from_secs(30),
         })
         .collect();
     let ids = items

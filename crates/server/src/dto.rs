@@ -96,9 +96,8 @@ pub struct ScheduleInput {
     pub payload: Option<serde_json::Value>,
     /// Higher is claimed first (default 0).
     pub priority: Option<i32>,
-    /// Lease length recorded with the schedule (1–86400, default 30). Not yet applied to
-    /// claims: a claim's lease is the claim's own `lease_seconds` (default 30), whichever
-    /// schedule its occurrences come from.
+    /// Lease length of its occurrences (1–86400, default 30): what a claim or a renewal that
+    /// names no `lease_seconds` grants. A claim that names one uses it for everything it claims.
     pub lease_seconds: Option<i64>,
     /// What to do with late instants.
     pub misfire: Option<MisfireDto>,

@@ -175,7 +175,8 @@ pub(crate) struct ClaimInput {
     worker_id: String,
     /// At most this many (1–1000, default 1).
     max: Option<u32>,
-    /// Lease length (1–86400, default 30).
+    /// Lease length for every occurrence claimed (1–86400); absent, each gets its schedule's
+    /// `lease_seconds` (default 30).
     lease_seconds: Option<i64>,
 }
 
@@ -233,12 +234,7 @@ pub(crate) async fn claim(
     if !(1..=1000).contains(&max) {
         return Err(ApiError::invalid("max must be between 1 and 1000"));
     }
-    let lease = b.lease_seconds.unwrap_or(30);
-    if !(1..=86_400).contains(&lease) {
-        return Err(ApiError::invalid(
-            "lease_seconds must be between 1 and 86400",
-        ));
-    }
+    let lease = lease_of(b.lease_seconds)?;
     let got = state
         .store
         .occurrence_claim(OccurrenceClaim {
@@ -246,7 +242,7 @@ pub(crate) async fn claim(
             queue,
             worker_id: b.worker_id,
             max,
-            lease: SignedDuration::from_secs(lease),
+            lease,
             now: None,
         })
         .await?;
@@ -271,6 +267,17 @@ pub(crate) async fn claim(
     }))
 }
 
+/// A lease length asked for in seconds, checked; `None` when not given (the store then grants
+/// each occurrence its schedule's).
+fn lease_of(seconds: Option<i64>) -> Result<Option<SignedDuration>, ApiError> {
+    match seconds {
+        Some(s) if !(1..=86_400).contains(&s) => Err(ApiError::invalid(
+            "lease_seconds must be between 1 and 86400",
+        )),
+        s => Ok(s.map(SignedDuration::from_secs)),
+    }
+}
+
 /// A held lease.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -290,7 +297,8 @@ pub(crate) struct RenewInput {
     worker_id: String,
     /// Leases to extend (up to 1000).
     leases: Vec<LeaseIn>,
-    /// New lease length from now (default 30).
+    /// New lease length from now (1–86400); absent, each occurrence's schedule's
+    /// `lease_seconds` (default 30).
     lease_seconds: Option<i64>,
 }
 
@@ -331,12 +339,7 @@ pub(crate) async fn renew(
     if b.leases.len() > 1000 {
         return Err(ApiError::invalid("at most 1000 leases per renewal"));
     }
-    let lease = b.lease_seconds.unwrap_or(30);
-    if !(1..=86_400).contains(&lease) {
-        return Err(ApiError::invalid(
-            "lease_seconds must be between 1 and 86400",
-        ));
-    }
+    let lease = lease_of(b.lease_seconds)?;
     let out = state
         .store
         .lease_renew(LeaseRenew {
@@ -350,7 +353,7 @@ pub(crate) async fn renew(
                     epoch: l.epoch,
                 })
                 .collect(),
-            lease: SignedDuration::from_secs(lease),
+            lease,
             now: None,
         })
         .await?;

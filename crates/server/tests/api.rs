@@ -125,6 +125,63 @@ fn due_now(queue: &str) -> Value {
 }
 
 #[tokio::test]
+async fn a_schedules_lease_is_what_a_claim_without_one_grants() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let mut long = due_now("leases");
+    long["lease_seconds"] = json!(600);
+    let (s, v) = app.call("POST", "/v1/schedules", k, Some(long)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["lease_seconds"], 600);
+    app.plan().await;
+    let (s, c) = app
+        .call(
+            "POST",
+            "/v1/queues/leases/claim",
+            k,
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    let o = &c["occurrences"][0];
+    let secs = |v: &Value| {
+        v.as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_second()
+    };
+    let granted = secs(&o["lease_until"]) - jiff::Timestamp::now().as_second();
+    assert!((595..=600).contains(&granted), "lease of {granted} s: {c}");
+    // A renewal that names none extends by the schedule's lease too; one that names one
+    // uses it.
+    let lease = json!([{"occurrence_id": o["id"], "epoch": o["epoch"]}]);
+    let (_, r) = app
+        .call(
+            "POST",
+            "/v1/leases/renew",
+            k,
+            Some(json!({"worker_id": "w", "leases": lease})),
+        )
+        .await;
+    let granted = secs(&r["leases"][0]["lease_until"]) - jiff::Timestamp::now().as_second();
+    assert!(
+        (595..=600).contains(&granted),
+        "renewed for {granted} s: {r}"
+    );
+    let (_, r) = app
+        .call(
+            "POST",
+            "/v1/leases/renew",
+            k,
+            Some(json!({"worker_id": "w", "leases": lease, "lease_seconds": 20})),
+        )
+        .await;
+    let granted = secs(&r["leases"][0]["lease_until"]) - jiff::Timestamp::now().as_second();
+    assert!((15..=20).contains(&granted), "renewed for {granted} s: {r}");
+}
+
+#[tokio::test]
 async fn the_auth_scheme_is_case_insensitive_and_a_401_names_it() {
     let app = app().await;
     // A 401 names the scheme; the scheme is case-insensitive, the key is not.
@@ -1086,6 +1143,7 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
         backoff_max: jiff::SignedDuration::from_secs(10),
         state: OccurrenceState::Ready,
         overlap: Overlap::Allow,
+        lease: jiff::SignedDuration::from_secs(30),
     };
     let (sa, sb) = (
         ScheduleId(uuid::Uuid::now_v7()),

@@ -355,7 +355,7 @@ impl Store for PgStore {
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
-        if p.lease <= jiff::SignedDuration::ZERO {
+        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
         if p.max == 0 {
@@ -381,7 +381,7 @@ impl Store for PgStore {
     }
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
-        if p.lease <= jiff::SignedDuration::ZERO {
+        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
         ops::lease_renew(&self.client().await?, p).await

@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "queue_carries_definition",
         include_str!("../migrations/0006_queue_carries_definition.sql"),
     ),
+    (
+        7,
+        "occurrence_lease",
+        include_str!("../migrations/0007_occurrence_lease.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

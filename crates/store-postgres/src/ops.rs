@@ -145,7 +145,8 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
-        let (mut bis, mut bms, mut overlaps) = (
+        let (mut bis, mut bms, mut overlaps, mut leases) = (
+            Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
@@ -174,6 +175,7 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
             bis.push(dur_ms(o.backoff_initial));
             bms.push(dur_ms(o.backoff_max));
             overlaps.push(o.overlap.code());
+            leases.push(dur_ms(o.lease));
         }
         let relayed = queues
             .iter()
@@ -182,14 +184,16 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
         inserted += execute(
             tx,
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
-                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at, finished_at, overlap)
+                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at, finished_at, overlap,
+                 lease_ms)
              SELECT u.id, $1, u.sid, u.ver, u.sf, u.av, u.q, u.pr, u.st, u.ma, u.bi, u.bm, $2::int8,
-                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END, u.ov
+                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END, u.ov, u.lease
                FROM unnest($3::uuid[], $4::uuid[], $5::int4[], $6::int8[], $7::int8[], $8::text[],
-                           $9::int4[], $10::text[], $11::int4[], $12::int8[], $13::int8[], $14::int4[])
-                    AS u(id, sid, ver, sf, av, q, pr, st, ma, bi, bm, ov)
+                           $9::int4[], $10::text[], $11::int4[], $12::int8[], $13::int8[], $14::int4[],
+                           $15::int8[])
+                    AS u(id, sid, ver, sf, av, q, pr, st, ma, bi, bm, ov, lease)
              ON CONFLICT DO NOTHING",
-            &[&tenant.0, &now, &ids, &sids, &vers, &sfs, &avs, &queues, &prios, &states, &maxes, &bis, &bms, &overlaps],
+            &[&tenant.0, &now, &ids, &sids, &vers, &sfs, &avs, &queues, &prios, &states, &maxes, &bis, &bms, &overlaps, &leases],
         )
         .await?;
         if relayed {
@@ -258,10 +262,10 @@ pub(crate) async fn claim_rest(
         constrained_due,
         claimed: mut out,
     } = first;
-    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let lease = p.lease.map(dur_ms);
     if !unlimited {
         let mut c = pool.get().await.map_err(pool_err)?;
-        return limited_claim(&mut c, &p, now, lease_until).await;
+        return limited_claim(&mut c, &p, now, lease).await;
     }
     let room = (p.max as usize).saturating_sub(out.len());
     // Overlap-constrained work, when the claim statement saw some due: each is decided under
@@ -270,7 +274,7 @@ pub(crate) async fn claim_rest(
     if room > 0 && constrained_due {
         let mut c = pool.get().await.map_err(pool_err)?;
         let tx = c.transaction().await.map_err(pg_err)?;
-        let (got, skipped) = claim_constrained(&tx, &p, now, lease_until, room).await?;
+        let (got, skipped) = claim_constrained(&tx, &p, now, lease, room).await?;
         tx.commit().await.map_err(pg_err)?;
         count_skipped(skipped);
         out.extend(got);
@@ -301,7 +305,7 @@ async fn limited_claim(
     c: &mut Client,
     p: &OccurrenceClaim,
     now: i64,
-    lease_until: i64,
+    lease: Option<i64>,
 ) -> R<Vec<Claimed>> {
     let (tenant_limit, queue_limit) = limits(c, p).await?;
     let tx = c.transaction().await.map_err(pg_err)?;
@@ -338,7 +342,7 @@ async fn limited_claim(
         allowed = allowed.min(limit - running);
     }
     let mut got = if allowed > 0 {
-        fast_claim(&tx, p, now, lease_until, allowed as u32).await?
+        fast_claim(&tx, p, now, lease, allowed as u32).await?
     } else {
         Vec::new()
     };
@@ -348,7 +352,7 @@ async fn limited_claim(
         .saturating_sub(got.len());
     let mut skipped = 0;
     if room > 0 {
-        let (more, s) = claim_constrained(&tx, p, now, lease_until, room).await?;
+        let (more, s) = claim_constrained(&tx, p, now, lease, room).await?;
         got.extend(more);
         skipped = s;
     }
@@ -390,10 +394,10 @@ fn claim_sql(
                     lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false
                FROM pick WHERE o.seq = pick.seq
              RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
-                       {tag} AS tag),
+                       o.lease_until, {tag} AS tag),
          claimed AS (
              SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                    upd.attempts, v.payload, upd.seq, upd.tag
+                    upd.attempts, v.payload, upd.seq, upd.tag, upd.lease_until
                FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version)
          {select}"
     )
@@ -401,7 +405,7 @@ fn claim_sql(
 
 /// The final `SELECT` of a claim that returns only the claimed occurrences.
 const CLAIMED_ROWS: &str =
-    "SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts, payload
+    "SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts, payload, lease_until
            FROM claimed ORDER BY available_at, seq";
 
 /// The CTEs that pick a worker's occurrences: due or lease-expired occurrences of one queue
@@ -472,10 +476,10 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         &pick,
         "pick.claimant",
         "(SELECT now FROM clk)",
-        "((SELECT now FROM clk) + pick.lease_ms)",
+        "((SELECT now FROM clk) + COALESCE(pick.lease_ms, o.lease_ms))",
         "pick.ord",
         "SELECT c.id, c.schedule_id, c.version, c.scheduled_for, c.available_at, c.epoch, c.attempts,
-                c.payload, clk.now, clk.unlimited, cst.due, c.tag
+                c.payload, clk.now, clk.unlimited, cst.due, c.tag, c.lease_until
            FROM clk CROSS JOIN cst LEFT JOIN claimed c ON true
           ORDER BY c.available_at, c.seq",
     )
@@ -483,13 +487,13 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// The worker claim: at most `$4` due or lease-expired occurrences of one queue, picked and
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
-/// lease end.
+/// lease length in ms (NULL: each occurrence's own).
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         &worker_pick("$3", "true", "pick"),
         "$5",
         "$3",
-        "$6",
+        "$3 + COALESCE($6::int8, o.lease_ms)",
         "NULL::int8",
         CLAIMED_ROWS,
     )
@@ -497,7 +501,7 @@ static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// The claim of occurrences already chosen and locked by the caller's transaction (so this
 /// statement's snapshot sees them as locked). `$1` their seqs, `$2` owner, `$3` now, `$4`
-/// lease end.
+/// lease length in ms (NULL: each occurrence's own).
 static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         "pick AS (
@@ -506,7 +510,7 @@ static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                FROM occurrences WHERE seq = ANY($1::int8[]))",
         "$2",
         "$3",
-        "$4",
+        "$3 + COALESCE($4::int8, o.lease_ms)",
         "NULL::int8",
         CLAIMED_ROWS,
     )
@@ -531,7 +535,7 @@ async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClai
     };
     let total: i64 = reqs.iter().map(|r| i64::from(r.max)).sum();
     let owners: Vec<&str> = reqs.iter().map(|r| r.worker_id.as_str()).collect();
-    let leases: Vec<i64> = reqs.iter().map(|r| dur_ms(r.lease)).collect();
+    let leases: Vec<Option<i64>> = reqs.iter().map(|r| r.lease.map(dur_ms)).collect();
     let ords: Vec<i64> = (1i64..)
         .zip(reqs)
         .flat_map(|(ord, r)| std::iter::repeat_n(ord, r.max as usize))
@@ -575,8 +579,7 @@ async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClai
             .ok()
             .filter(|i| *i < reqs.len())
             .ok_or_else(|| StoreError::Database(format!("the claim dealt to claimer {ord}")))?;
-        let lease_until = now.saturating_add(leases[i]);
-        out[i].claimed.push(claimed_row(r, now, lease_until)?);
+        out[i].claimed.push(claimed_row(r, now, 12)?);
     }
     Ok(out)
 }
@@ -586,26 +589,17 @@ async fn fast_claim<C: GenericClient>(
     c: &C,
     p: &OccurrenceClaim,
     now: i64,
-    lease_until: i64,
+    lease: Option<i64>,
     max: u32,
 ) -> R<Vec<Claimed>> {
     let max = i64::from(max);
     let rows = query(
         c,
         &FAST_CLAIM,
-        &[
-            &p.tenant.0,
-            &p.queue,
-            &now,
-            &max,
-            &p.worker_id,
-            &lease_until,
-        ],
+        &[&p.tenant.0, &p.queue, &now, &max, &p.worker_id, &lease],
     )
     .await?;
-    rows.iter()
-        .map(|r| claimed_row(r, now, lease_until))
-        .collect()
+    rows.iter().map(|r| claimed_row(r, now, 8)).collect()
 }
 
 /// Claims these occurrences (already chosen, and locked by the caller's transaction).
@@ -614,15 +608,15 @@ async fn claim_seqs<C: GenericClient>(
     seqs: &[i64],
     owner: &str,
     now: i64,
-    lease_until: i64,
+    lease: Option<i64>,
 ) -> R<Vec<Claimed>> {
-    let rows = query(c, &CLAIM_SEQS, &[&seqs, &owner, &now, &lease_until]).await?;
-    rows.iter()
-        .map(|r| claimed_row(r, now, lease_until))
-        .collect()
+    let rows = query(c, &CLAIM_SEQS, &[&seqs, &owner, &now, &lease]).await?;
+    rows.iter().map(|r| claimed_row(r, now, 8)).collect()
 }
 
-fn claimed_row(r: &Row, now: i64, lease_until: i64) -> R<Claimed> {
+/// A claimed occurrence from a claim's row; its lease end is in column `lease_col`.
+fn claimed_row(r: &Row, now: i64, lease_col: usize) -> R<Claimed> {
+    let lease_until: i64 = r.try_get(lease_col).map_err(pg_err)?;
     Ok(Claimed {
         id: OccurrenceId(r.get(0)),
         schedule_id: ScheduleId(r.get(1)),
@@ -644,7 +638,7 @@ async fn claim_constrained<C: GenericClient>(
     tx: &C,
     p: &OccurrenceClaim,
     now: i64,
-    lease_until: i64,
+    lease: Option<i64>,
     room: usize,
 ) -> R<(Vec<Claimed>, u64)> {
     let limit = (room + 64) as i64;
@@ -693,7 +687,7 @@ async fn claim_constrained<C: GenericClient>(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                out.extend(claim_seqs(tx, &[seq], &p.worker_id, now, lease_until).await?);
+                out.extend(claim_seqs(tx, &[seq], &p.worker_id, now, lease).await?);
             }
             fence::OverlapDecision::Wait => {
                 waiting.insert(schedule);
@@ -709,7 +703,6 @@ async fn claim_constrained<C: GenericClient>(
 
 pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>> {
     let now = resolve_now(c, p.now).await?;
-    let lease_until = now.saturating_add(dur_ms(p.lease));
     // Read a little more than `max`: rows to settle or postpone are handled on the way.
     let scan = i64::from(p.max).saturating_mul(2).max(16);
     let tx = c.transaction().await.map_err(pg_err)?;
@@ -780,7 +773,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
             &[&pick_oseqs],
         )
         .await?;
-        claim_seqs(&tx, &pick_seqs, &p.node, now, lease_until).await?
+        claim_seqs(&tx, &pick_seqs, &p.node, now, Some(dur_ms(p.lease))).await?
     };
     if rows.len() != pick_seqs.len() {
         return Err(StoreError::Database(format!(
@@ -796,7 +789,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
 
 pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
     let now = resolve_now(c, p.now).await?;
-    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let lease = p.lease.map(dur_ms);
     let ids: Vec<Uuid> = p.leases.iter().map(|l| l.occurrence_id.0).collect();
     let epochs: Vec<i64> = p.leases.iter().map(|l| l.epoch).collect();
     // The rows are locked in `seq` order first, as the success statement locks them: a
@@ -810,31 +803,30 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
                    WHERE o.tenant_id = $1
                    ORDER BY o.seq
                      FOR UPDATE OF o)
-         UPDATE occurrences o SET lease_until = $5
+         UPDATE occurrences o SET lease_until = $3 + COALESCE($5::int8, o.lease_ms)
            FROM cur
           WHERE o.seq = cur.seq AND o.epoch = cur.sent AND o.owner = $2
             AND o.state = 'RUNNING' AND o.lease_until > $3
-         RETURNING o.id, o.epoch, o.cancel_requested",
-        &[&p.tenant.0, &p.worker_id, &now, &ids, &lease_until, &epochs],
+         RETURNING o.id, o.epoch, o.cancel_requested, o.lease_until",
+        &[&p.tenant.0, &p.worker_id, &now, &ids, &lease, &epochs],
     )
     .await?;
-    let renewed: HashMap<(Uuid, i64), bool> = rows
+    let renewed: HashMap<(Uuid, i64), (bool, i64)> = rows
         .iter()
-        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3))))
         .collect();
-    let until = ts(lease_until)?;
-    Ok(p.leases
+    p.leases
         .iter()
         .map(|l| {
             let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
-            Renewal {
+            Ok(Renewal {
                 lease: *l,
                 renewed: hit.is_some(),
-                lease_until: hit.map(|_| until),
-                cancel_requested: hit.copied().unwrap_or(false),
-            }
+                lease_until: hit.map(|(_, until)| ts(*until)).transpose()?,
+                cancel_requested: hit.is_some_and(|(cancel, _)| *cancel),
+            })
         })
-        .collect())
+        .collect()
 }
 
 const FENCE_COLS: &str =

@@ -22,7 +22,7 @@ async fn schema_version(c: &tokio_postgres::Client) -> i64 {
 }
 
 /// A schema at the version before `below`, with one ACTIVE schedule on `queue`, entered in
-/// the planning queue as due at 0.
+/// the planning queue as due at 0 (below 7 only).
 async fn old_schema(url: &str, schema: &str, queue: &str, below: i64) -> tokio_postgres::Client {
     let c = client(url, schema).await;
     c.batch_execute(&format!(
@@ -48,12 +48,20 @@ async fn old_schema(url: &str, schema: &str, queue: &str, below: i64) -> tokio_p
              lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap,
              flex_window_ms, created_at)
          VALUES ('00000000-0000-7000-8000-000000000001', 1, 'cron', '0 9 * * *', 'UTC', '{queue}',
-             0, 30000, 3, 1000, 60000, '{{\"policy\":\"skip\"}}', 'ALLOW', 0, 0);
-         INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
-         VALUES (0, 0, '00000000-0000-7000-8000-000000000001', 1, 1);"
+             0, 30000, 3, 1000, 60000, '{{\"policy\":\"skip\"}}', 'ALLOW', 0, 0);"
     ))
     .await
     .expect("old schedule");
+    // From migration 6 a queue entry carries its definition; the tests of later migrations
+    // need no queue entry.
+    if below <= 6 {
+        c.batch_execute(
+            "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+             VALUES (0, 0, '00000000-0000-7000-8000-000000000001', 1, 1);",
+        )
+        .await
+        .expect("old queue entry");
+    }
     c
 }
 
@@ -165,4 +173,49 @@ async fn upgrade_names_a_queued_schedule_without_its_version() {
         "{msg}"
     );
     assert_eq!(refused_at, 5);
+}
+
+/// From migration 7 on, an occurrence carries its lease length; occurrences written by an
+/// older binary get 30 s, what a claim naming no lease granted them before.
+#[tokio::test]
+async fn upgrade_gives_existing_occurrences_the_old_default_lease() {
+    let Some((url, schema, c)) = old_database("reports", 7).await else {
+        return;
+    };
+    c.batch_execute(
+        "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+             queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+         VALUES ('00000000-0000-8000-8000-000000000001', 1, '00000000-0000-7000-8000-000000000001',
+             1, 0, 0, 'reports', 0, 'READY', 3, 1000, 60000, 0)",
+    )
+    .await
+    .expect("old occurrence");
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let now = jiff::Timestamp::from_second(1_000).expect("instant");
+    let claimed = match &store {
+        Ok(store) => Some(
+            store
+                .occurrence_claim(campanile_store::OccurrenceClaim {
+                    tenant: campanile_store::TenantId(1),
+                    queue: "reports".into(),
+                    worker_id: "w".into(),
+                    max: 1,
+                    lease: None,
+                    now: Some(now),
+                })
+                .await,
+        ),
+        Err(_) => None,
+    };
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    let claimed = claimed.expect("claim").expect("claimed");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(
+        claimed[0].lease_until,
+        jiff::Timestamp::from_second(1_030).expect("instant")
+    );
 }

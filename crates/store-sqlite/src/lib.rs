@@ -195,7 +195,7 @@ impl Store for SqliteStore {
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
         let now = self.now(p.now);
-        if p.lease <= jiff::SignedDuration::ZERO {
+        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
         if p.max == 0 {
@@ -252,7 +252,7 @@ impl Store for SqliteStore {
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
         let now = self.now(p.now);
-        if p.lease <= jiff::SignedDuration::ZERO {
+        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
         self.write(move |c| ops::lease_renew(c, &p, now)).await

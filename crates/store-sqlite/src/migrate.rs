@@ -28,6 +28,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "attempts_on_occurrence",
         include_str!("../migrations/0005_attempts_on_occurrence.sql"),
     ),
+    (
+        6,
+        "occurrence_lease",
+        include_str!("../migrations/0006_occurrence_lease.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -134,8 +134,8 @@ pub(crate) fn insert_occurrences(
         .prepare_cached(
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
                  queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms,
-                 created_at, finished_at, overlap)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 created_at, finished_at, overlap, lease_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
              ON CONFLICT DO NOTHING",
         )
         .map_err(db_err)?;
@@ -172,7 +172,8 @@ pub(crate) fn insert_occurrences(
                 dur_ms(o.backoff_max),
                 now,
                 finished,
-                o.overlap.code()
+                o.overlap.code(),
+                dur_ms(o.lease)
             ])
             .map_err(db_err)? as u64;
         if relayed {
@@ -208,8 +209,9 @@ fn outbox_insert(
     Ok(())
 }
 
-/// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts)`.
-type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32);
+/// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts, lease_ms)`
+/// (`lease_ms`: the occurrence's own lease length, granted when the claim names none).
+type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32, i64);
 
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
     let allowed = crate::admin::claim_allowance(c, p.tenant, &p.queue, p.max)?;
@@ -226,7 +228,7 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     } else {
         p
     };
-    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let lease = p.lease.map(dur_ms);
     // Fast path, for schedules without an overlap policy: due pending work (one priority at a
     // time) and expired leases with attempts left, merged by priority and availability, then
     // claimed in one statement. The single writer makes the read-then-write atomic.
@@ -236,12 +238,12 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     best_first(&mut picked, max);
     let reclaims = picked.iter().any(|c| c.running);
     let picked = picked.into_iter().map(|c| c.row).collect();
-    let mut rows = claim_rows(c, &p.worker_id, now, lease_until, picked, reclaims)?;
+    let mut rows = claim_rows(c, &p.worker_id, now, lease, picked, reclaims)?;
     let room = max - rows.len().min(max);
     if room > 0 {
-        rows.extend(claim_constrained(c, p, now, lease_until, room)?);
+        rows.extend(claim_constrained(c, p, now, lease, room)?);
     }
-    finish_claim(rows, now, lease_until)
+    finish_claim(rows, now, lease)
 }
 
 /// A claim candidate: its row as it is before the claim, and what choosing it needs.
@@ -268,6 +270,7 @@ fn candidate(r: &Row<'_>) -> rusqlite::Result<Candidate> {
             r.get(8)?,
             r.get(9)?,
             r.get(10)?,
+            r.get(11)?,
         ),
     })
 }
@@ -287,7 +290,7 @@ impl ClaimSql {
     fn new(overlap: &str) -> ClaimSql {
         // In `candidate` order; the row's columns in `ClaimRow` order.
         let columns = "priority, overlap, state = 'RUNNING', seq, id, schedule_id, version, \
-                       scheduled_for, available_at, epoch, attempts";
+                       scheduled_for, available_at, epoch, attempts, lease_ms";
         ClaimSql {
             probe: format!(
                 "SELECT priority FROM occurrences
@@ -337,7 +340,7 @@ fn claim_rows(
     c: &Connection,
     worker: &str,
     now: i64,
-    lease_until: i64,
+    lease: Option<i64>,
     picked: Vec<ClaimRow>,
     reclaims: bool,
 ) -> R<Vec<ClaimRow>> {
@@ -362,10 +365,10 @@ fn claim_rows(
         .prepare_cached(
             "UPDATE occurrences
                 SET state = 'RUNNING', owner = ?1, epoch = epoch + 1, attempts = attempts + 1,
-                    lease_until = ?3, claimed_at = ?2, cancel_requested = 0
+                    lease_until = ?2 + COALESCE(?3, lease_ms), claimed_at = ?2, cancel_requested = 0
               WHERE seq IN (SELECT value FROM json_each(?4))",
         )
-        .and_then(|mut stmt| stmt.execute(params![worker, now, lease_until, seqs]))
+        .and_then(|mut stmt| stmt.execute(params![worker, now, lease, seqs]))
         .map_err(db_err)?;
     if updated != picked.len() {
         return Err(StoreError::Database(format!(
@@ -376,8 +379,18 @@ fn claim_rows(
     Ok(picked
         .into_iter()
         .map(|row| {
-            let (seq, id, sid, version, sf, av, epoch, attempts) = row;
-            (seq, id, sid, version, sf, av, epoch + 1, attempts + 1)
+            let (seq, id, sid, version, sf, av, epoch, attempts, lease_ms) = row;
+            (
+                seq,
+                id,
+                sid,
+                version,
+                sf,
+                av,
+                epoch + 1,
+                attempts + 1,
+                lease_ms,
+            )
         })
         .collect())
 }
@@ -441,7 +454,7 @@ fn claim_constrained(
     c: &Connection,
     p: &OccurrenceClaim,
     now: i64,
-    lease_until: i64,
+    lease: Option<i64>,
     room: usize,
 ) -> R<Vec<ClaimRow>> {
     let mut picked = pending_candidates(c, p, now, true, room + 64)?;
@@ -477,7 +490,7 @@ fn claim_constrained(
                     c,
                     &p.worker_id,
                     now,
-                    lease_until,
+                    lease,
                     vec![cand.row],
                     cand.running,
                 )?);
@@ -499,11 +512,14 @@ fn claim_constrained(
     Ok(out)
 }
 
-/// The claimed rows as the claim answers them. Payloads are joined afterwards, on a reader
+/// The claimed rows as the claim answers them, each lease `lease` ms or, when `None`, the
+/// occurrence's own (as `claim_rows` wrote it). Payloads are joined afterwards, on a reader
 /// ([`fill_payloads`]), to keep the single writer short.
-fn finish_claim(rows: Vec<ClaimRow>, now: i64, lease_until: i64) -> R<Vec<Claimed>> {
+fn finish_claim(rows: Vec<ClaimRow>, now: i64, lease: Option<i64>) -> R<Vec<Claimed>> {
     let mut out = Vec::with_capacity(rows.len());
-    for (_seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts) in rows {
+    for (_seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts, own) in rows
+    {
+        let lease_until = now.saturating_add(lease.unwrap_or(own));
         out.push(Claimed {
             id: OccurrenceId(id),
             schedule_id: ScheduleId(schedule_id),
@@ -594,7 +610,7 @@ pub(crate) fn backlog(c: &Connection, now: i64) -> R<Backlog> {
 type RelayRow = (i64, i64, String, FenceView, ClaimRow);
 
 pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Relayed>> {
-    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let lease = dur_ms(p.lease);
     // Read a little more than `max`: rows to settle or postpone are handled on the way.
     let scan = i64::from(p.max).saturating_mul(2).max(16);
     let due: Vec<RelayRow> = c
@@ -631,6 +647,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
                     view.available_at,
                     view.epoch,
                     view.attempts,
+                    lease,
                 );
                 Ok((oseq, tenant, target, view, row))
             },
@@ -671,12 +688,12 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
             fence::RelayStep::Claim => {}
         }
     }
-    let rows = claim_rows(c, &p.node, now, lease_until, picked, reclaims)?;
-    Relayed::pair(finish_claim(rows, now, lease_until)?, routes)
+    let rows = claim_rows(c, &p.node, now, Some(lease), picked, reclaims)?;
+    Relayed::pair(finish_claim(rows, now, Some(lease))?, routes)
 }
 
 pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Renewal>> {
-    let lease_until = now.saturating_add(dur_ms(p.lease));
+    let lease = p.lease.map(dur_ms);
     let arr = serde_json::Value::from(
         p.leases
             .iter()
@@ -686,38 +703,34 @@ pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Ren
     .to_string();
     let mut stmt = c
         .prepare_cached(
-            "UPDATE occurrences SET lease_until = ?5
+            "UPDATE occurrences SET lease_until = ?3 + COALESCE(?5, lease_ms)
               WHERE tenant_id = ?1 AND owner = ?2 AND state = 'RUNNING' AND lease_until > ?3
                 AND (id, epoch) IN (SELECT unhex(json_extract(value, '$[0]')), json_extract(value, '$[1]')
                                       FROM json_each(?4))
-             RETURNING id, epoch, cancel_requested",
+             RETURNING id, epoch, cancel_requested, lease_until",
         )
         .map_err(db_err)?;
-    let renewed: HashMap<(Uuid, i64), bool> = stmt
-        .query_map(
-            params![p.tenant.0, p.worker_id, now, arr, lease_until],
-            |r| {
-                Ok((
-                    (r.get::<_, Uuid>(0)?, r.get::<_, i64>(1)?),
-                    r.get::<_, bool>(2)?,
-                ))
-            },
-        )
+    let renewed: HashMap<(Uuid, i64), (bool, i64)> = stmt
+        .query_map(params![p.tenant.0, p.worker_id, now, arr, lease], |r| {
+            Ok((
+                (r.get::<_, Uuid>(0)?, r.get::<_, i64>(1)?),
+                (r.get::<_, bool>(2)?, r.get::<_, i64>(3)?),
+            ))
+        })
         .and_then(|it| it.collect())
         .map_err(db_err)?;
-    let until = ts(lease_until)?;
-    Ok(p.leases
+    p.leases
         .iter()
         .map(|l| {
             let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
-            Renewal {
+            Ok(Renewal {
                 lease: *l,
                 renewed: hit.is_some(),
-                lease_until: hit.map(|_| until),
-                cancel_requested: hit.copied().unwrap_or(false),
-            }
+                lease_until: hit.map(|(_, until)| ts(*until)).transpose()?,
+                cancel_requested: hit.is_some_and(|(cancel, _)| *cancel),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// An occurrence's `seq` and fence columns as read, in this order: `seq, state, owner, epoch,

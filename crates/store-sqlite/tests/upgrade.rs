@@ -35,6 +35,24 @@ fn old_database(path: &std::path::Path, queue: &str) {
     .expect("old schedule");
 }
 
+/// The database from [`old_database`], with the migrations from `RESERVING` up to (not
+/// including) `below` applied as the binary of that time would have.
+fn migrated_up_to(path: &std::path::Path, below: i64) -> Connection {
+    let conn = Connection::open(path).expect("open");
+    for (version, name, sql) in MIGRATIONS
+        .iter()
+        .filter(|m| (RESERVING..below).contains(&m.0))
+    {
+        conn.execute_batch(sql).expect("old migration");
+        conn.execute(
+            "INSERT INTO campanile_migrations (version, name, applied_at) VALUES (?1, ?2, 0)",
+            rusqlite::params![version, name],
+        )
+        .expect("record migration");
+    }
+    conn
+}
+
 fn schema_version(path: &std::path::Path) -> i64 {
     Connection::open(path)
         .expect("open")
@@ -93,18 +111,7 @@ fn upgrade_leaves_attempts_in_progress_to_their_occurrence_rows() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.db");
     old_database(&path, "billing");
-    let conn = Connection::open(&path).expect("open");
-    for (version, name, sql) in MIGRATIONS
-        .iter()
-        .filter(|m| (RESERVING..ON_OCCURRENCE).contains(&m.0))
-    {
-        conn.execute_batch(sql).expect("old migration");
-        conn.execute(
-            "INSERT INTO campanile_migrations (version, name, applied_at) VALUES (?1, ?2, 0)",
-            rusqlite::params![version, name],
-        )
-        .expect("record migration");
-    }
+    let conn = migrated_up_to(&path, ON_OCCURRENCE);
     // Occurrence 1 runs at epoch 1; 2 succeeded at epoch 1 under an older version; 3 runs at
     // epoch 2 after a failed attempt; 4 succeeded at epoch 1 while its row still said running
     // (ended by a newer node during a rolling upgrade).
@@ -147,5 +154,55 @@ fn upgrade_leaves_attempts_in_progress_to_their_occurrence_rows() {
     assert_eq!(
         left,
         vec![(2, 1, "succeeded".into()), (3, 1, "failed".into())]
+    );
+}
+
+/// From migration 6 on, an occurrence carries its lease length; occurrences written by an
+/// older binary get 30 s, what a claim naming no lease granted them before.
+#[test]
+fn upgrade_gives_existing_occurrences_the_old_default_lease() {
+    const OWN_LEASE: i64 = 6;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing");
+    let conn = migrated_up_to(&path, OWN_LEASE);
+    conn.execute(
+        "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for,
+             available_at, queue, priority, state, max_attempts, backoff_initial_ms,
+             backoff_max_ms, created_at)
+         VALUES (randomblob(16), 1, X'00000000000070008000000000000001', 1, 0, 0, 'billing',
+             0, 'READY', 3, 1000, 60000, 0)",
+        [],
+    )
+    .expect("occurrence");
+    drop(conn);
+
+    let store = SqliteStore::open(&path).expect("upgrade");
+    assert_eq!(
+        schema_version(&path),
+        MIGRATIONS.last().expect("migrations").0
+    );
+    let now = jiff::Timestamp::from_second(1_000).expect("instant");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let claimed = rt
+        .block_on(campanile_store::Store::occurrence_claim(
+            &store,
+            campanile_store::OccurrenceClaim {
+                tenant: campanile_store::TenantId(1),
+                queue: "billing".into(),
+                worker_id: "w".into(),
+                max: 1,
+                lease: None,
+                now: Some(now),
+            },
+        ))
+        .expect("claim");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(
+        claimed[0].lease_until,
+        jiff::Timestamp::from_second(1_030).expect("instant")
     );
 }

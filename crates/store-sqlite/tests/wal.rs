@@ -51,6 +51,7 @@ async fn the_wal_is_checkpointed_behind_the_writer() {
                     backoff_max: SignedDuration::from_secs(60),
                     state: OccurrenceState::Ready,
                     overlap: Overlap::Allow,
+                    lease: SignedDuration::from_secs(30),
                 }
             })
             .collect();

@@ -59,6 +59,8 @@ pub struct NewOccurrence {
     pub state: OccurrenceState,
     /// The schedule's overlap policy, enforced at claim time.
     pub overlap: Overlap,
+    /// The schedule's lease length: what a claim or renewal that names none grants.
+    pub lease: SignedDuration,
 }
 
 /// Params of [`crate::Store::occurrence_insert_many`].
@@ -83,8 +85,9 @@ pub struct OccurrenceClaim {
     pub worker_id: String,
     /// At most this many.
     pub max: u32,
-    /// Lease length, judged by the store's clock.
-    pub lease: SignedDuration,
+    /// Lease length, judged by the store's clock; `None`: each occurrence's own (its
+    /// schedule's `lease`).
+    pub lease: Option<SignedDuration>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
@@ -107,8 +110,8 @@ pub struct LeaseRenew {
     pub worker_id: String,
     /// The leases to extend.
     pub leases: Vec<LeaseRef>,
-    /// New lease length from now.
-    pub lease: SignedDuration,
+    /// New lease length from now; `None`: each occurrence's own (its schedule's `lease`).
+    pub lease: Option<SignedDuration>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }

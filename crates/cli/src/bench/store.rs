@@ -108,7 +108,7 @@ async fn measure(
                         queue: "bench".into(),
                         worker_id: worker.clone(),
                         max: batch,
-                        lease: SignedDuration::from_secs(60),
+                        lease: Some(SignedDuration::from_secs(60)),
                         now: None,
                     })
                     .await?;

@@ -29,7 +29,7 @@ pub fn crash_child(rt: &Runtime, store: Arc<dyn Store>) {
                 queue: "q".into(),
                 worker_id: format!("g{generation}-batch-{n}"),
                 max: CRASH_BATCH,
-                lease: SignedDuration::from_hours(1),
+                lease: Some(SignedDuration::from_hours(1)),
                 now: Some(secs(1_000)),
             }))
             .expect("claim");

@@ -307,7 +307,7 @@ pub fn renew_reports_lost_leases(rt: &Runtime, h: Harness) {
                 tenant: f.tenant,
                 worker_id: "A".into(),
                 leases: leases.clone(),
-                lease: SignedDuration::from_secs(5),
+                lease: Some(SignedDuration::from_secs(5)),
                 now: Some(secs(7)),
             })
             .await
@@ -323,7 +323,7 @@ pub fn renew_reports_lost_leases(rt: &Runtime, h: Harness) {
                 tenant: f.tenant,
                 worker_id: "A".into(),
                 leases,
-                lease: SignedDuration::from_secs(5),
+                lease: Some(SignedDuration::from_secs(5)),
                 now: Some(secs(12)),
             })
             .await
@@ -428,5 +428,106 @@ pub fn batch_finish_fences_each_item(rt: &Runtime, h: Harness) {
             d.attempts[0].error_message.as_deref(),
             Some("no such customer")
         );
+    });
+}
+
+/// Each occurrence carries its schedule's lease length. A claim that names no lease grants
+/// each occurrence its own; a renewal that names none extends each by its own; a claim or
+/// renewal that names one applies it to everything it touches.
+pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runtime, h: Harness) {
+    let store = h.store.clone();
+    rt.block_on(async {
+        let f = fixture(store.as_ref(), "own-lease", "q").await;
+        let mut short = new_occ(&f, "q", at(0), 3);
+        short.lease = SignedDuration::from_secs(5);
+        let mut long = new_occ(&f, "q", at(1), 3);
+        long.lease = SignedDuration::from_secs(600);
+        let mut third = new_occ(&f, "q", at(2), 3);
+        third.lease = SignedDuration::from_secs(600);
+        let ids = insert(store.as_ref(), &f, vec![short, long, third]).await;
+        let plus = |t: Timestamp, s: i64| t.checked_add(SignedDuration::from_secs(s)).unwrap();
+
+        let now = secs(10);
+        let got = store
+            .occurrence_claim(OccurrenceClaim {
+                tenant: f.tenant,
+                queue: "q".into(),
+                worker_id: "w".into(),
+                max: 2,
+                lease: None,
+                now: Some(now),
+            })
+            .await
+            .unwrap();
+        let until: Vec<(OccurrenceId, Timestamp)> =
+            got.iter().map(|c| (c.id, c.lease_until)).collect();
+        assert_eq!(until, [(ids[0], plus(now, 5)), (ids[1], plus(now, 600))]);
+        for (id, end) in &until {
+            let o = get(store.as_ref(), &f, *id, now).await.occurrence;
+            assert_eq!(o.lease_until, Some(*end), "stored as answered");
+        }
+
+        let later = secs(12);
+        let leases: Vec<LeaseRef> = got
+            .iter()
+            .map(|c| LeaseRef {
+                occurrence_id: c.id,
+                epoch: c.epoch,
+            })
+            .collect();
+        let renew = |lease: Option<SignedDuration>| LeaseRenew {
+            tenant: f.tenant,
+            worker_id: "w".into(),
+            leases: leases.clone(),
+            lease,
+            now: Some(later),
+        };
+        let r = store.lease_renew(renew(None)).await.unwrap();
+        let ends: Vec<Option<Timestamp>> = r.iter().map(|x| x.lease_until).collect();
+        assert_eq!(ends, [Some(plus(later, 5)), Some(plus(later, 600))]);
+        let o = get(store.as_ref(), &f, ids[0], later).await.occurrence;
+        assert_eq!(o.lease_until, Some(plus(later, 5)));
+        let r = store
+            .lease_renew(renew(Some(SignedDuration::from_secs(60))))
+            .await
+            .unwrap();
+        let ends: Vec<Option<Timestamp>> = r.iter().map(|x| x.lease_until).collect();
+        assert_eq!(ends, [Some(plus(later, 60)), Some(plus(later, 60))]);
+
+        // A named lease overrides the occurrence's own.
+        let got = claim(store.as_ref(), &f, "q", "w2", 5, 45, later).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].id, got[0].lease_until), (ids[2], plus(later, 45)));
+
+        // The other claim paths grant the occurrence's own lease too: a queue with a
+        // concurrency limit, and overlap-constrained work.
+        let mut limited = new_occ(&f, "lim", at(3), 3);
+        limited.queue = "lim".into();
+        limited.lease = SignedDuration::from_secs(7);
+        let mut constrained = new_occ(&f, "ovl", at(4), 3);
+        constrained.queue = "ovl".into();
+        constrained.overlap = campanile_core::Overlap::SkipIfRunning;
+        constrained.lease = SignedDuration::from_secs(9);
+        let more = insert(store.as_ref(), &f, vec![limited, constrained]).await;
+        store
+            .queue_limit_set(f.tenant, "lim", Some(10))
+            .await
+            .unwrap();
+        for (queue, id, secs_own) in [("lim", more[0], 7), ("ovl", more[1], 9)] {
+            let got = store
+                .occurrence_claim(OccurrenceClaim {
+                    tenant: f.tenant,
+                    queue: queue.into(),
+                    worker_id: "w3".into(),
+                    max: 5,
+                    lease: None,
+                    now: Some(later),
+                })
+                .await
+                .unwrap();
+            let until: Vec<(OccurrenceId, Timestamp)> =
+                got.iter().map(|c| (c.id, c.lease_until)).collect();
+            assert_eq!(until, [(id, plus(later, secs_own))], "queue {queue}");
+        }
     });
 }

@@ -50,7 +50,8 @@ macro_rules! conformance_tests {
             relay_retries_settles_cancels_and_reopens_on_redrive,
             attempt_history_records_every_attempt_exactly, constrained_lease_expiry_is_reclaimed,
             simultaneous_claimers_and_reporters_keep_their_own_terms,
-            renewals_and_reports_of_the_same_leases_never_deadlock);
+            renewals_and_reports_of_the_same_leases_never_deadlock,
+            claims_and_renewals_without_a_lease_grant_each_occurrences_own);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
@@ -143,6 +144,7 @@ pub(crate) fn new_occ(
         backoff_max: SignedDuration::from_secs(60),
         state: OccurrenceState::Ready,
         overlap: campanile_core::Overlap::Allow,
+        lease: SignedDuration::from_secs(30),
     }
 }
 
@@ -181,7 +183,7 @@ pub(crate) async fn claim(
             queue: queue.into(),
             worker_id: worker.into(),
             max,
-            lease: SignedDuration::from_secs(lease_s),
+            lease: Some(SignedDuration::from_secs(lease_s)),
             now: Some(now),
         })
         .await
@@ -234,7 +236,7 @@ pub(crate) async fn renew(
                 occurrence_id: id,
                 epoch,
             }],
-            lease: SignedDuration::from_secs(lease_s),
+            lease: Some(SignedDuration::from_secs(lease_s)),
             now: Some(now),
         })
         .await

@@ -85,7 +85,7 @@ pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
                             queue: "hot".into(),
                             worker_id: worker.clone(),
                             max: 1 + (xorshift(&mut rng) % 4) as u32,
-                            lease: SignedDuration::from_millis(LEASE_MS),
+                            lease: Some(SignedDuration::from_millis(LEASE_MS)),
                             now: now(&clock),
                         }))
                         .unwrap();
@@ -110,7 +110,7 @@ pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
                                         occurrence_id: c.id,
                                         epoch: c.epoch,
                                     }],
-                                    lease: SignedDuration::from_millis(LEASE_MS),
+                                    lease: Some(SignedDuration::from_millis(LEASE_MS)),
                                     now: now(&clock),
                                 }))
                                 .unwrap();
@@ -537,7 +537,7 @@ pub fn renewals_and_reports_of_the_same_leases_never_deadlock(rt: &Runtime, h: H
                             tenant: f.tenant,
                             worker_id: "w".into(),
                             leases: order.clone(),
-                            lease: SignedDuration::from_secs(900),
+                            lease: Some(SignedDuration::from_secs(900)),
                             now: Some(now),
                         })
                         .await
