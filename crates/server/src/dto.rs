@@ -97,7 +97,8 @@ pub struct ScheduleInput {
     /// Higher is claimed first (default 0).
     pub priority: Option<i32>,
     /// Lease length of its occurrences (1–86400, default 30): what a claim or a renewal that
-    /// names no `lease_seconds` grants. A claim that names one uses it for everything it claims.
+    /// names no `lease_seconds` grants. A claim that names one uses it for everything it claims
+    /// (the Rust SDK's worker always names its own, as the NATS relay does).
     pub lease_seconds: Option<i64>,
     /// What to do with late instants.
     pub misfire: Option<MisfireDto>,

@@ -163,6 +163,12 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
                     )));
                 }
             };
+            if o.lease <= SignedDuration::ZERO {
+                return Err(StoreError::Invalid(format!(
+                    "an occurrence's lease must be positive, not {}",
+                    o.lease
+                )));
+            }
             ids.push(occurrence_id(o.schedule_id, o.version, o.scheduled_for).0);
             sids.push(o.schedule_id.0);
             vers.push(i32_of(o.version));

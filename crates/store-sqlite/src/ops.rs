@@ -153,6 +153,12 @@ pub(crate) fn insert_occurrences(
                 )));
             }
         };
+        if o.lease <= SignedDuration::ZERO {
+            return Err(StoreError::Invalid(format!(
+                "an occurrence's lease must be positive, not {}",
+                o.lease
+            )));
+        }
         let finished = (state != OccurrenceState::Ready).then_some(now);
         let relayed =
             state == OccurrenceState::Ready && campanile_core::is_reserved_queue(&o.queue);

@@ -48,7 +48,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Claims up to `max` due occurrences of one tenant's queue — `READY` (or `RETRY_WAIT`)
     /// with `available_at <= now`, or `RUNNING` with an expired lease and attempts left —
     /// highest priority first, then earliest `available_at`. Each claimed occurrence gets
-    /// `epoch + 1`, the caller as owner, `lease_until = now + lease` (its new attempt, held
+    /// `epoch + 1`, the caller as owner, `lease_until = now + lease` — the claim's `lease`,
+    /// or when `None` the occurrence's own ([`NewOccurrence::lease`]) — (its new attempt, held
     /// on the occurrence row), all in one transaction; the attempt it takes over from an
     /// expired lease is recorded as `lease_expired` in the same transaction.
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError>;

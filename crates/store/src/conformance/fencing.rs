@@ -528,6 +528,31 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
             let until: Vec<(OccurrenceId, Timestamp)> =
                 got.iter().map(|c| (c.id, c.lease_until)).collect();
             assert_eq!(until, [(id, plus(later, secs_own))], "queue {queue}");
+            let o = get(store.as_ref(), &f, id, later).await.occurrence;
+            assert_eq!(o.lease_until, Some(plus(later, secs_own)), "queue {queue}");
         }
+        // And a named lease overrides it on those paths too (taken over once expired).
+        let after = plus(later, 60);
+        for (queue, id) in [("lim", more[0]), ("ovl", more[1])] {
+            let got = claim(store.as_ref(), &f, queue, "w4", 5, 45, after).await;
+            let until: Vec<(OccurrenceId, Timestamp)> =
+                got.iter().map(|c| (c.id, c.lease_until)).collect();
+            assert_eq!(until, [(id, plus(after, 45))], "queue {queue}");
+        }
+
+        // A lease must be positive: a row that would be claimed already expired is refused.
+        let mut none = new_occ(&f, "q", at(5), 3);
+        none.lease = SignedDuration::ZERO;
+        let refused = store
+            .occurrence_insert_many(OccurrenceInsertMany {
+                tenant: f.tenant,
+                items: vec![none],
+                now: Some(at(0)),
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "{refused:?}"
+        );
     });
 }
