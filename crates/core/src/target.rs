@@ -84,9 +84,21 @@ pub fn is_reserved_queue(queue: &str) -> bool {
     queue.starts_with(RESERVED_PREFIX)
 }
 
+/// A queue name is printable: control characters (NUL, newline, …) and leading or trailing
+/// whitespace make a name a worker can only claim by percent-encoding what it cannot see.
 fn check_queue(queue: &str) -> Result<(), TargetError> {
     if queue.trim().is_empty() || queue.len() > 200 {
         return Err(TargetError("queue must be 1 to 200 characters".into()));
+    }
+    if queue.chars().any(char::is_control) {
+        return Err(TargetError(format!(
+            "queue {queue:?} contains control characters"
+        )));
+    }
+    if queue.trim() != queue {
+        return Err(TargetError(format!(
+            "queue {queue:?} starts or ends with whitespace"
+        )));
     }
     Ok(())
 }
@@ -157,6 +169,17 @@ mod tests {
         let e = Target::from_queue("$nats:a b").err().map(|e| e.0);
         assert!(e.is_some_and(|m| m.contains("whitespace")));
         assert!(Target::from_queue("").is_err());
+        for bad in ["\u{0}", "q\n", " q", "q ", "a\tb"] {
+            let e = Target::from_queue(bad)
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_default();
+            assert!(e.contains("queue"), "{bad:?} accepted: {e}");
+        }
+        assert!(
+            Target::from_queue("a/b c").is_ok(),
+            "printable names stay valid"
+        );
         assert!(Target::from_queue(&"x".repeat(201)).is_err());
         assert!(Target::from_queue(&format!("$nats:{}", "x".repeat(191))).is_err());
     }
