@@ -317,6 +317,13 @@ pub(crate) struct RenewedOut {
     lease_until: Option<Timestamp>,
     /// Someone asked to cancel this occurrence: stop before side effects.
     cancel_requested: bool,
+    /// When not renewed, why: the failed check, as a refused completion names it
+    /// (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`, `not_found`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    check: Option<&'static str>,
+    /// When not renewed, the same in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
 }
 
 /// The answer of a renewal.
@@ -368,6 +375,8 @@ pub(crate) async fn renew(
                 renewed: r.renewed,
                 lease_until: r.lease_until,
                 cancel_requested: r.cancel_requested,
+                check: r.lost.as_ref().map(Conflict::check),
+                message: r.lost.as_ref().map(ToString::to_string),
             })
             .collect(),
     }))

@@ -179,6 +179,28 @@ async fn a_schedules_lease_is_what_a_claim_without_one_grants() {
         .await;
     let granted = secs(&r["leases"][0]["lease_until"]) - jiff::Timestamp::now().as_second();
     assert!((15..=20).contains(&granted), "renewed for {granted} s: {r}");
+    // A lease that is not renewed says why, as a refused completion does.
+    let stale = json!([{"occurrence_id": o["id"], "epoch": 7}]);
+    let (_, r) = app
+        .call(
+            "POST",
+            "/v1/leases/renew",
+            k,
+            Some(json!({"worker_id": "w", "leases": stale})),
+        )
+        .await;
+    let lost = &r["leases"][0];
+    assert_eq!(
+        (lost["renewed"].as_bool(), lost["check"].as_str()),
+        (Some(false), Some("stale_epoch")),
+        "{r}"
+    );
+    assert!(
+        lost["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("epoch 7")),
+        "{r}"
+    );
 }
 
 #[tokio::test]

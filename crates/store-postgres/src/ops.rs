@@ -821,15 +821,41 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
         .iter()
         .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3))))
         .collect();
+    // Lost leases (rare) are explained from their rows as they are now, by the shared fence.
+    let lost: Vec<Uuid> = p
+        .leases
+        .iter()
+        .filter(|l| !renewed.contains_key(&(l.occurrence_id.0, l.epoch)))
+        .map(|l| l.occurrence_id.0)
+        .collect();
+    let views: HashMap<Uuid, FenceView> = if lost.is_empty() {
+        HashMap::new()
+    } else {
+        query(
+            c,
+            &format!("SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = ANY($2)"),
+            &[&p.tenant.0, &lost],
+        )
+        .await?
+        .iter()
+        .map(|r| fence_view(r).map(|(_, id, v)| (id, v)))
+        .collect::<R<_>>()?
+    };
     p.leases
         .iter()
         .map(|l| {
             let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
+            let lost = match (hit, views.get(&l.occurrence_id.0)) {
+                (Some(_), _) => None,
+                (None, None) => Some(Conflict::NotFound),
+                (None, Some(view)) => fence::check(view, &p.worker_id, l.epoch, now)?,
+            };
             Ok(Renewal {
                 lease: *l,
                 renewed: hit.is_some(),
                 lease_until: hit.map(|(_, until)| ts(*until)).transpose()?,
                 cancel_requested: hit.is_some_and(|(cancel, _)| *cancel),
+                lost,
             })
         })
         .collect()

@@ -729,11 +729,20 @@ pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Ren
         .iter()
         .map(|l| {
             let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
+            // A lost lease is explained from its row as it is now (the same transaction).
+            let lost = match hit {
+                Some(_) => None,
+                None => match fence_row(c, p.tenant, l.occurrence_id)? {
+                    None => Some(Conflict::NotFound),
+                    Some((_, view)) => fence::check(&view, &p.worker_id, l.epoch, now)?,
+                },
+            };
             Ok(Renewal {
                 lease: *l,
                 renewed: hit.is_some(),
                 lease_until: hit.map(|(_, until)| ts(*until)).transpose()?,
                 cancel_requested: hit.is_some_and(|(cancel, _)| *cancel),
+                lost,
             })
         })
         .collect()

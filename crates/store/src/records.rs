@@ -122,6 +122,9 @@ pub struct Renewal {
     pub lease_until: Option<Timestamp>,
     /// Whether someone asked to cancel this occurrence.
     pub cancel_requested: bool,
+    /// Why it was not renewed (re-claimed, another owner, lease already passed, finished, no
+    /// such occurrence), as the fence explains a refused completion; `None` when renewed.
+    pub lost: Option<crate::Conflict>,
 }
 
 /// The acknowledgement of a fenced write.

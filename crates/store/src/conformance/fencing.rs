@@ -316,6 +316,13 @@ pub fn renew_reports_lost_leases(rt: &Runtime, h: Harness) {
             r.iter().map(|x| x.renewed).collect::<Vec<_>>(),
             vec![true, false, true]
         );
+        // Each lost lease says why, as a refused completion would.
+        let why = |r: &[Renewal]| -> Vec<Option<&'static str>> {
+            r.iter()
+                .map(|x| x.lost.as_ref().map(Conflict::check))
+                .collect()
+        };
+        assert_eq!(why(&r), [None, Some("wrong_state"), None]);
         let c2 = claim(s, &f, "q", "B", 3, 5, secs(12)).await; // A's renewed leases ended at 12
         assert_eq!(c2.len(), 2);
         let r = s
@@ -329,9 +336,30 @@ pub fn renew_reports_lost_leases(rt: &Runtime, h: Harness) {
             .await
             .unwrap();
         assert!(r.iter().all(|x| !x.renewed));
-        // A stranger cannot renew B's lease.
+        assert_eq!(
+            why(&r),
+            [
+                Some("stale_epoch"),
+                Some("wrong_state"),
+                Some("stale_epoch")
+            ]
+        );
+        // A stranger cannot renew B's lease; nor can anyone renew what does not exist.
         let r = renew(s, f.tenant, "mallory", ids[0], 2, 5, secs(12)).await;
         assert!(!r.renewed);
+        assert!(
+            matches!(r.lost, Some(Conflict::NotOwner { owner: Some(ref o) }) if o == "B"),
+            "{r:?}"
+        );
+        let nobody = OccurrenceId(uuid::Uuid::now_v7());
+        let r = renew(s, f.tenant, "A", nobody, 1, 5, secs(12)).await;
+        assert_eq!((r.renewed, r.lost), (false, Some(Conflict::NotFound)));
+        // An expired lease nobody took over yet.
+        let r = renew(s, f.tenant, "B", ids[0], 2, 5, secs(17)).await;
+        assert!(
+            matches!(r.lost, Some(Conflict::LeaseExpired { .. })),
+            "{r:?}"
+        );
     });
 }
 
