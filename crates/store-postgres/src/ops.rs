@@ -152,23 +152,7 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
             Vec::with_capacity(n),
         );
         for o in chunk {
-            let state = match o.state {
-                OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
-                s @ (OccurrenceState::Missed
-                | OccurrenceState::SkippedOverlap
-                | OccurrenceState::Canceled) => s,
-                other => {
-                    return Err(StoreError::Invalid(format!(
-                        "cannot insert an occurrence as {other}"
-                    )));
-                }
-            };
-            if o.lease <= SignedDuration::ZERO {
-                return Err(StoreError::Invalid(format!(
-                    "an occurrence's lease must be positive, not {}",
-                    o.lease
-                )));
-            }
+            let state = o.stored_state()?;
             ids.push(occurrence_id(o.schedule_id, o.version, o.scheduled_for).0);
             sids.push(o.schedule_id.0);
             vers.push(i32_of(o.version));
@@ -845,10 +829,9 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
         .iter()
         .map(|l| {
             let hit = renewed.get(&(l.occurrence_id.0, l.epoch));
-            let lost = match (hit, views.get(&l.occurrence_id.0)) {
-                (Some(_), _) => None,
-                (None, None) => Some(Conflict::NotFound),
-                (None, Some(view)) => fence::check(view, &p.worker_id, l.epoch, now)?,
+            let lost = match hit {
+                Some(_) => None,
+                None => fence::lost(views.get(&l.occurrence_id.0), &p.worker_id, l.epoch, now)?,
             };
             Ok(Renewal {
                 lease: *l,

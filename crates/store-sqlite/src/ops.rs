@@ -142,23 +142,7 @@ pub(crate) fn insert_occurrences(
     let mut inserted = 0;
     for o in items {
         let id = occurrence_id(o.schedule_id, o.version, o.scheduled_for);
-        let state = match o.state {
-            OccurrenceState::Scheduled | OccurrenceState::Ready => OccurrenceState::Ready,
-            s @ (OccurrenceState::Missed
-            | OccurrenceState::SkippedOverlap
-            | OccurrenceState::Canceled) => s,
-            other => {
-                return Err(StoreError::Invalid(format!(
-                    "cannot insert an occurrence as {other}"
-                )));
-            }
-        };
-        if o.lease <= SignedDuration::ZERO {
-            return Err(StoreError::Invalid(format!(
-                "an occurrence's lease must be positive, not {}",
-                o.lease
-            )));
-        }
+        let state = o.stored_state()?;
         let finished = (state != OccurrenceState::Ready).then_some(now);
         let relayed =
             state == OccurrenceState::Ready && campanile_core::is_reserved_queue(&o.queue);
@@ -732,10 +716,10 @@ pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Ren
             // A lost lease is explained from its row as it is now (the same transaction).
             let lost = match hit {
                 Some(_) => None,
-                None => match fence_row(c, p.tenant, l.occurrence_id)? {
-                    None => Some(Conflict::NotFound),
-                    Some((_, view)) => fence::check(&view, &p.worker_id, l.epoch, now)?,
-                },
+                None => {
+                    let view = fence_row(c, p.tenant, l.occurrence_id)?.map(|(_, v)| v);
+                    fence::lost(view.as_ref(), &p.worker_id, l.epoch, now)?
+                }
             };
             Ok(Renewal {
                 lease: *l,

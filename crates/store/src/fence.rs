@@ -92,6 +92,24 @@ pub fn check(
     })
 }
 
+/// Why a lease named by `worker` at `epoch` was not renewed, from its row as it is now
+/// (`None`: no such occurrence of the tenant), as [`check`] explains a refused completion.
+///
+/// # Errors
+///
+/// As [`check`].
+pub fn lost(
+    v: Option<&FenceView>,
+    worker: &str,
+    epoch: i64,
+    now: i64,
+) -> Result<Option<Conflict>, StoreError> {
+    match v {
+        None => Ok(Some(Conflict::NotFound)),
+        Some(v) => check(v, worker, epoch, now),
+    }
+}
+
 /// What an accepted finish writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishPlan {

@@ -63,6 +63,34 @@ pub struct NewOccurrence {
     pub lease: SignedDuration,
 }
 
+impl NewOccurrence {
+    /// The state to store it in, checked for both backends: `SCHEDULED` and `READY` are
+    /// stored `READY` (readers report `SCHEDULED` until it is due); a run that will not happen
+    /// is stored as such; anything else cannot be inserted, nor a lease that is not positive
+    /// (a claim naming none would grant an already expired one).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::StoreError::Invalid`] naming what is wrong.
+    pub fn stored_state(&self) -> Result<OccurrenceState, crate::StoreError> {
+        if self.lease <= SignedDuration::ZERO {
+            return Err(crate::StoreError::Invalid(format!(
+                "an occurrence's lease must be positive, not {}",
+                self.lease
+            )));
+        }
+        match self.state {
+            OccurrenceState::Scheduled | OccurrenceState::Ready => Ok(OccurrenceState::Ready),
+            s @ (OccurrenceState::Missed
+            | OccurrenceState::SkippedOverlap
+            | OccurrenceState::Canceled) => Ok(s),
+            other => Err(crate::StoreError::Invalid(format!(
+                "cannot insert an occurrence as {other}"
+            ))),
+        }
+    }
+}
+
 /// Params of [`crate::Store::occurrence_insert_many`].
 #[derive(Debug, Clone)]
 pub struct OccurrenceInsertMany {
