@@ -21,8 +21,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use campanile_core::{ErrorClass, Target};
 use campanile_store::{
-    Ack, Claimed, Finish, FinishItem, LeaseRef, OccurrenceFinishMany, RelayClaim, Relayed, Store,
-    StoreError, TenantId,
+    Ack, Claimed, Finish, FinishItem, OccurrenceFinishMany, RelayClaim, Relayed, Store, StoreError,
+    TenantId,
 };
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
@@ -240,10 +240,7 @@ impl Relay {
                 }
             }
             by_tenant.entry(r.tenant).or_default().push(FinishItem {
-                lease: LeaseRef {
-                    occurrence_id: r.claim.id,
-                    epoch: r.claim.epoch,
-                },
+                lease: r.claim.lease(),
                 finish,
             });
         }

@@ -100,6 +100,14 @@ pub struct Claimed {
 }
 
 impl Claimed {
+    /// The lease this claim holds: what its renewals and its report name.
+    pub fn lease(&self) -> crate::LeaseRef {
+        crate::LeaseRef {
+            occurrence_id: self.id,
+            epoch: self.epoch,
+        }
+    }
+
     /// Counts claims in the claimed counter and the claim-lag histogram (`claimed_at −
     /// available_at`), the same for every path that claims (the HTTP API, the relay).
     pub fn count<'a>(claims: impl ExactSizeIterator<Item = &'a Claimed>) {

@@ -118,10 +118,7 @@ async fn measure(
                 let items = claimed
                     .iter()
                     .map(|c| FinishItem {
-                        lease: LeaseRef {
-                            occurrence_id: c.id,
-                            epoch: c.epoch,
-                        },
+                        lease: c.lease(),
                         finish: Finish::Succeeded {
                             result: Some("true".into()),
                         },

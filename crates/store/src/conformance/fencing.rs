@@ -475,20 +475,13 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
         let ids = insert(store.as_ref(), &f, vec![short, long, third]).await;
         let plus = |t: Timestamp, s: i64| t.checked_add(SignedDuration::from_secs(s)).unwrap();
 
+        let granted = |got: &[Claimed]| -> Vec<(OccurrenceId, Timestamp)> {
+            got.iter().map(|c| (c.id, c.lease_until)).collect()
+        };
+
         let now = secs(10);
-        let got = store
-            .occurrence_claim(OccurrenceClaim {
-                tenant: f.tenant,
-                queue: "q".into(),
-                worker_id: "w".into(),
-                max: 2,
-                lease: None,
-                now: Some(now),
-            })
-            .await
-            .unwrap();
-        let until: Vec<(OccurrenceId, Timestamp)> =
-            got.iter().map(|c| (c.id, c.lease_until)).collect();
+        let got = claim_leased(store.as_ref(), &f, "q", "w", 2, None, now).await;
+        let until = granted(&got);
         assert_eq!(until, [(ids[0], plus(now, 5)), (ids[1], plus(now, 600))]);
         for (id, end) in &until {
             let o = get(store.as_ref(), &f, *id, now).await.occurrence;
@@ -496,13 +489,7 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
         }
 
         let later = secs(12);
-        let leases: Vec<LeaseRef> = got
-            .iter()
-            .map(|c| LeaseRef {
-                occurrence_id: c.id,
-                epoch: c.epoch,
-            })
-            .collect();
+        let leases: Vec<LeaseRef> = got.iter().map(Claimed::lease).collect();
         let renew = |lease: Option<SignedDuration>| LeaseRenew {
             tenant: f.tenant,
             worker_id: "w".into(),
@@ -542,20 +529,12 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
             .await
             .unwrap();
         for (queue, id, secs_own) in [("lim", more[0], 7), ("ovl", more[1], 9)] {
-            let got = store
-                .occurrence_claim(OccurrenceClaim {
-                    tenant: f.tenant,
-                    queue: queue.into(),
-                    worker_id: "w3".into(),
-                    max: 5,
-                    lease: None,
-                    now: Some(later),
-                })
-                .await
-                .unwrap();
-            let until: Vec<(OccurrenceId, Timestamp)> =
-                got.iter().map(|c| (c.id, c.lease_until)).collect();
-            assert_eq!(until, [(id, plus(later, secs_own))], "queue {queue}");
+            let got = claim_leased(store.as_ref(), &f, queue, "w3", 5, None, later).await;
+            assert_eq!(
+                granted(&got),
+                [(id, plus(later, secs_own))],
+                "queue {queue}"
+            );
             let o = get(store.as_ref(), &f, id, later).await.occurrence;
             assert_eq!(o.lease_until, Some(plus(later, secs_own)), "queue {queue}");
         }
@@ -563,9 +542,7 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
         let after = plus(later, 60);
         for (queue, id) in [("lim", more[0]), ("ovl", more[1])] {
             let got = claim(store.as_ref(), &f, queue, "w4", 5, 45, after).await;
-            let until: Vec<(OccurrenceId, Timestamp)> =
-                got.iter().map(|c| (c.id, c.lease_until)).collect();
-            assert_eq!(until, [(id, plus(after, 45))], "queue {queue}");
+            assert_eq!(granted(&got), [(id, plus(after, 45))], "queue {queue}");
         }
 
         // A lease must be positive: a row that would be claimed already expired is refused.

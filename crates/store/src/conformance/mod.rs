@@ -177,13 +177,27 @@ pub(crate) async fn claim(
     lease_s: i64,
     now: Timestamp,
 ) -> Vec<Claimed> {
+    let lease = Some(SignedDuration::from_secs(lease_s));
+    claim_leased(store, f, queue, worker, max, lease, now).await
+}
+
+/// [`claim`] with the lease as the API takes it: `None` grants each occurrence its own.
+pub(crate) async fn claim_leased(
+    store: &dyn Store,
+    f: &Fixture,
+    queue: &str,
+    worker: &str,
+    max: u32,
+    lease: Option<SignedDuration>,
+    now: Timestamp,
+) -> Vec<Claimed> {
     store
         .occurrence_claim(OccurrenceClaim {
             tenant: f.tenant,
             queue: queue.into(),
             worker_id: worker.into(),
             max,
-            lease: Some(SignedDuration::from_secs(lease_s)),
+            lease,
             now: Some(now),
         })
         .await

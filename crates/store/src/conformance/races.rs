@@ -495,13 +495,7 @@ pub fn renewals_and_reports_of_the_same_leases_never_deadlock(rt: &Runtime, h: H
             let now = secs(1000 + round * 100);
             let claimed = claim(store.as_ref(), &f, "q", "w", 1000, 600, now).await;
             assert_eq!(claimed.len() as i64, PER_ROUND, "round {round}");
-            let leases: Vec<LeaseRef> = claimed
-                .iter()
-                .map(|c| LeaseRef {
-                    occurrence_id: c.id,
-                    epoch: c.epoch,
-                })
-                .collect();
+            let leases: Vec<LeaseRef> = claimed.iter().map(Claimed::lease).collect();
             let with_failure = round % 2 == 1;
             // Reported from the middle on, then the first half, as handlers finish.
             let half = leases.len() / 2;
