@@ -256,6 +256,87 @@ fn serve_runs_schedules_through_the_sdk_and_survives_a_killed_worker() {
     }
 }
 
+/// The whole node is killed with SIGKILL after planning two minutes ahead and stays down
+/// longer than the schedule's lateness allows: when it starts again, what it had planned and
+/// could not hand out on time is on record as `MISSED` (the `SKIP` policy), not run late.
+#[test]
+fn serve_killed_after_planning_records_what_came_due_while_down_as_missed() {
+    let mut server = start_server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let schedule_id = rt.block_on(async {
+        let client = Client::new(&server.url, &server.key).unwrap();
+        let created = client
+            .create_schedule(
+                &json!({"queue": "down", "cron": "* * * * * *",
+                        "misfire": {"policy": "skip", "max_lateness_seconds": 2}}),
+                None,
+            )
+            .await
+            .unwrap();
+        let id = created["id"].as_str().unwrap().to_string();
+        let start = Instant::now();
+        loop {
+            let page = client
+                .list_occurrences(&format!("schedule_id={id}&limit=1000"))
+                .await
+                .unwrap();
+            if page["occurrences"].as_array().unwrap().len() >= 100 {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "nothing planned");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        id
+    });
+    let killed = jiff::Timestamp::now();
+    server.child.kill().unwrap(); // SIGKILL: no release of its shards or its liveness mark
+    server.child.wait().unwrap();
+    // Longer than its liveness mark lasts (the 15 s shard lease) and the lateness.
+    std::thread::sleep(Duration::from_secs(19));
+    let restarted = jiff::Timestamp::now();
+    let port = free_port();
+    server.child = serve_command(&server._dir, port, &[])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    server.url = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no restart");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rt.block_on(async {
+        let client = Client::new(&server.url, &server.key).unwrap();
+        let page = client
+            .list_occurrences(&format!("schedule_id={schedule_id}&limit=1000"))
+            .await
+            .unwrap();
+        let mut judged = 0;
+        for o in page["occurrences"].as_array().unwrap() {
+            let at: jiff::Timestamp = o["scheduled_for"].as_str().unwrap().parse().unwrap();
+            let due_while_down = at >= killed + jiff::SignedDuration::from_secs(1)
+                && at <= restarted - jiff::SignedDuration::from_secs(3);
+            if due_while_down {
+                assert_eq!(o["state"], "MISSED", "{o}");
+                judged += 1;
+            } else if at > restarted {
+                assert_ne!(o["state"], "MISSED", "{o}");
+            }
+        }
+        assert!(judged >= 14, "{judged} instants judged");
+        // Nothing handed out is older than the lateness allows.
+        let got = client.claim("down", "w", 100, 30).await.unwrap();
+        assert!(!got.is_empty());
+        for c in &got {
+            assert!(
+                c.scheduled_for < killed + jiff::SignedDuration::from_secs(1)
+                    || c.scheduled_for > restarted - jiff::SignedDuration::from_secs(3),
+                "{c:?}"
+            );
+        }
+    });
+}
+
 /// A NATS-targeted cron schedule through a real `serve --nats-url`: every second's occurrence
 /// lands in the stream once, keyed by its occurrence id, and is SUCCEEDED with the ack.
 #[test]

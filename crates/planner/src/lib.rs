@@ -15,8 +15,14 @@ pub mod schedules;
 pub use engine::{Engine, SweepConfig};
 pub use planner::{Planner, PlannerConfig, TickReport};
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use campanile_calendar::{Calendar, CalendarError, DstPolicy};
-use campanile_store::{ScheduleSpec, StoreError, Timing};
+use campanile_store::{
+    NodeResume, PrePlanned, PrePlannedJudge, Resumed, ScheduleSpec, Store, StoreError, Timing,
+};
+use jiff::Timestamp;
 
 /// The planner layer's error.
 #[derive(Debug, thiserror::Error)]
@@ -63,4 +69,57 @@ pub fn calendar_of(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
 /// UUIDv7, whose last 62 bits are random.
 pub fn shard_of(id: campanile_core::ScheduleId, shards: u32) -> i32 {
     ((id.0.as_u128() as u64) % u64::from(shards.max(1))) as i32
+}
+
+/// [`materialize::preplanned_missed`] with each distinct calendar parsed once.
+#[derive(Default)]
+struct CalendarJudge {
+    calendars: Mutex<HashMap<Timing, Option<Arc<Calendar>>>>,
+}
+
+impl PrePlannedJudge for CalendarJudge {
+    fn missed(&self, p: &PrePlanned<'_>) -> Vec<Timestamp> {
+        let cal = self
+            .calendars
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(p.spec.timing.clone())
+            .or_insert_with(|| calendar_of(p.spec).ok().map(Arc::new))
+            .clone();
+        materialize::preplanned_missed(p, cal.as_deref())
+    }
+}
+
+/// Starts a node: marks it alive and, if the whole control plane was down until now, applies
+/// each schedule's misfire policy to the occurrences planned before the outage that came due
+/// during it ([`Store::node_resume`]). Call before serving claims: what it records `MISSED`
+/// is then never handed out late.
+///
+/// # Errors
+///
+/// [`PlannerError::Store`] if the store fails.
+pub async fn resume(
+    store: &dyn Store,
+    cfg: &PlannerConfig,
+    now: Option<Timestamp>,
+) -> Result<Resumed, PlannerError> {
+    let r = store
+        .node_resume(NodeResume {
+            node: cfg.node.clone(),
+            lease: cfg.shard_lease,
+            judge: Arc::new(CalendarJudge::default()),
+            now,
+        })
+        .await?;
+    if let Some(since) = r.down_since {
+        metrics::counter!("campanile_occurrences_missed_total").increment(r.missed);
+        tracing::warn!(
+            %since,
+            examined = r.examined,
+            missed = r.missed,
+            "no node was alive since {since}: occurrences planned before the outage that came \
+             due during it were judged by their misfire policy"
+        );
+    }
+    Ok(r)
 }

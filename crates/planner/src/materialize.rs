@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use campanile_calendar::Calendar;
 use campanile_core::{OccurrenceState, ScheduleId, flex_offset, occurrence_id};
-use campanile_store::{MissedRange, NewOccurrence, ScheduleSpec};
+use campanile_store::{MissedRange, NewOccurrence, PrePlanned, ScheduleSpec};
 use jiff::{SignedDuration, Timestamp};
 
 /// Most runs one schedule gets per planning pass; the rest waits for the next pass.
@@ -235,6 +235,40 @@ pub fn plan(input: &Input<'_>) -> Planned {
         missed,
         next_run_at: t,
     }
+}
+
+/// The misfire decision for occurrences planned before an outage (see
+/// [`campanile_store::Store::node_resume`]): which of `p.instants` to record `MISSED`.
+///
+/// The same rule as [`plan`]'s, over the union of these instants and the late instants the
+/// planner has not planned yet (which all come after them): an instant is late if it is older
+/// than `now - max_lateness`; of the late ones, the policy's `runs()` latest run. The planner
+/// gives its own late instants those runs first, so only what it leaves is kept here. Work
+/// is bounded by the runs kept, not by the length of the outage. `calendar` is `None` when
+/// the version has none any more (a zone gone from the system): the planner plans nothing
+/// more of it, so nothing of its own takes the runs.
+pub fn preplanned_missed(p: &PrePlanned<'_>, calendar: Option<&Calendar>) -> Vec<Timestamp> {
+    let misfire = p.spec.misfire;
+    let cutoff = add(p.now, -misfire.max_lateness());
+    let late: Vec<Timestamp> = p.instants.iter().copied().filter(|t| *t < cutoff).collect();
+    if late.is_empty() {
+        return late;
+    }
+    let keep = misfire.runs() as usize;
+    let mut theirs = 0;
+    let mut t = calendar.and_then(|c| c.next_after(p.planned_through));
+    while theirs < keep {
+        match t {
+            Some(x) if x < cutoff => {
+                theirs += 1;
+                t = calendar.and_then(|c| c.next_after(x));
+            }
+            _ => break,
+        }
+    }
+    let ours = keep - theirs;
+    let n = late.len().saturating_sub(ours);
+    late[..n].to_vec()
 }
 
 #[cfg(test)]
@@ -481,5 +515,74 @@ mod tests {
             vec![100, 110]
         );
         assert_eq!(p.next_run_at, Some(s(120)));
+    }
+
+    /// Splits the seed's outage: 20 and 30 were planned before it, 40 and 50 were not.
+    fn split(misfire: Misfire) -> (Vec<i64>, Planned) {
+        let spec = spec(misfire);
+        let cal = Calendar::every(SignedDuration::from_secs(10), s(20)).expect("valid");
+        let pre = [s(20), s(30)];
+        let missed = preplanned_missed(
+            &PrePlanned {
+                schedule_id: ScheduleId(uuid::Uuid::nil()),
+                version: 1,
+                spec: &spec,
+                planned_through: s(30),
+                instants: &pre,
+                now: s(58),
+            },
+            Some(&cal),
+        );
+        let planned = plan(&Input {
+            id: ScheduleId(uuid::Uuid::nil()),
+            version: 1,
+            spec: &spec,
+            calendar: &cal,
+            next_run_at: s(40),
+            now: s(58),
+            horizon: SignedDuration::from_secs(15),
+        });
+        (missed.iter().map(|t| t.as_second()).collect(), planned)
+    }
+
+    #[test]
+    fn the_seed_example_holds_when_the_outage_struck_after_planning() {
+        let lateness = SignedDuration::from_secs(5);
+        let (missed, p) = split(Misfire::FireOnce {
+            max_lateness: lateness,
+        });
+        assert_eq!(missed, vec![20, 30], "the planner's own 50 is the latest");
+        assert_eq!(
+            summary(&p)[..2],
+            [
+                (40, OccurrenceState::Missed, 40),
+                (50, OccurrenceState::Ready, 58)
+            ]
+        );
+        // CATCHUP(3): the planner runs 40 and 50; one run is left for the latest planned, 30.
+        let (missed, _) = split(Misfire::Catchup {
+            max_lateness: lateness,
+            max: 3,
+            interval: SignedDuration::ZERO,
+        });
+        assert_eq!(missed, vec![20]);
+        let (missed, _) = split(Misfire::Skip {
+            max_lateness: lateness,
+        });
+        assert_eq!(missed, vec![20, 30]);
+        // Without a calendar the planner plans nothing more: the planned ones take the runs.
+        let spec = spec(Misfire::FireOnce {
+            max_lateness: lateness,
+        });
+        let pre = [s(20), s(30), s(55)];
+        let p = PrePlanned {
+            schedule_id: ScheduleId(uuid::Uuid::nil()),
+            version: 1,
+            spec: &spec,
+            planned_through: s(55),
+            instants: &pre,
+            now: s(58),
+        };
+        assert_eq!(preplanned_missed(&p, None), vec![s(20)], "55 is not late");
     }
 }

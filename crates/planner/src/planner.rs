@@ -106,6 +106,7 @@ impl Planner {
     /// [`PlannerError::Store`] if the store fails (a lost shard is not an error: its batch is
     /// counted in [`TickReport::fenced`]).
     pub async fn tick(&self, now: Option<Timestamp>) -> Result<TickReport, PlannerError> {
+        let live = now.is_none();
         let now = match now {
             Some(t) => t,
             None => self.store.store_now().await?,
@@ -139,7 +140,27 @@ impl Planner {
         // never in the rotation: only `settle` puts it back, after its commit.
         let mut rotation: std::collections::VecDeque<ShardLease> = leases.into();
         let mut inflight: Option<(ShardLease, bool, PlanCommit)> = None;
+        // A pass can outlast the leases (half a million schedules due at once on PostgreSQL
+        // take longer than 15 s): on the store's clock, renew them (and the node's liveness
+        // mark) as the loop would between passes, so that the node neither loses its shards
+        // nor looks down to a node starting meanwhile. The batches keep the pass's `now`.
+        let renew = Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).max(100) as u64);
+        let mut renewed = std::time::Instant::now();
         for _ in 0..1_000_000 {
+            if live && renewed.elapsed() >= renew {
+                let held = self
+                    .store
+                    .shard_acquire(ShardAcquire {
+                        node: self.cfg.node.clone(),
+                        total: self.cfg.shards,
+                        lease: self.cfg.shard_lease,
+                        now: None,
+                    })
+                    .await?;
+                renewed = std::time::Instant::now();
+                metrics::gauge!("campanile_planner_shards_held").set(held.len() as f64);
+                *self.held.lock().unwrap_or_else(|e| e.into_inner()) = held;
+            }
             let Some(lease) = rotation.pop_front() else {
                 if inflight.is_none() {
                     break;
@@ -312,14 +333,33 @@ impl Planner {
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let renew =
             Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).clamp(100, 60_000) as u64);
+        let mark = Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64);
+        // Since when passes have been failing (the database gone, say). Once that is longer
+        // than this node's liveness mark lasts, the control plane may have been down as a
+        // whole: the next pass is preceded by the resume check a starting node makes.
+        let mut failing: Option<std::time::Instant> = None;
         loop {
             if *shutdown.borrow() {
                 break;
             }
+            if failing.is_some_and(|t| t.elapsed() >= mark)
+                && let Err(e) = crate::resume(self.store.as_ref(), &self.cfg, None).await
+            {
+                tracing::warn!(error = %e, "resume check failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
             let sleep = match self.tick(None).await {
-                Ok(_) => self.until_next(renew).await,
+                Ok(_) => {
+                    failing = None;
+                    self.until_next(renew).await
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "planning pass failed; retrying");
+                    failing.get_or_insert_with(std::time::Instant::now);
                     Duration::from_secs(1)
                 }
             };

@@ -121,6 +121,103 @@ async fn misfire_policies_after_outages(env: Env) {
 }
 both!(misfire_policies_after_outages);
 
+/// The whole node stops after planning (its horizon is 15 minutes here): the occurrences it
+/// planned come due while nobody can claim them. When it starts again they are judged by the
+/// same misfire rule as the instants it had not planned yet, over both together: late ones
+/// are recorded `MISSED` but the policy's latest runs, whichever side they fall on.
+async fn preplanned_occurrences_follow_the_misfire_policy(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "node-a");
+    let lateness = SignedDuration::from_secs(90);
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let policies = [
+        (
+            Misfire::Skip {
+                max_lateness: lateness,
+            },
+            0u64,
+        ),
+        (
+            Misfire::FireOnce {
+                max_lateness: lateness,
+            },
+            1,
+        ),
+        (
+            Misfire::Catchup {
+                max_lateness: lateness,
+                max: 3,
+                interval: SignedDuration::from_secs(10),
+            },
+            3,
+        ),
+    ];
+    // 10 minutes: every late instant was planned before. 3 days: the planner adds its own.
+    for (outage, label) in [(600, "10 minutes"), (3 * 86_400, "3 days")] {
+        let start = plus(t0, if outage == 600 { 0 } else { 7 * 86_400 });
+        let mut ids = Vec::new();
+        for (misfire, runs) in policies {
+            let id = s
+                .create(env.tenant, every_minute(misfire), Some(start))
+                .await
+                .unwrap()
+                .record
+                .id;
+            ids.push((id, runs));
+        }
+        p.tick(Some(start)).await.unwrap();
+        for (id, _) in &ids {
+            assert_eq!(
+                occurrences(&env, *id).await.len(),
+                16,
+                "{label}: planned ahead"
+            );
+        }
+        // Down from just after `start` (planner, API, workers: nothing claims) until `back`.
+        let back = plus(start, outage);
+        let r = campanile_planner::resume(env.store.as_ref(), p.config(), Some(back))
+            .await
+            .unwrap();
+        assert_eq!(r.down_since, Some(start), "{label}");
+        p.tick(Some(back)).await.unwrap();
+        let cutoff = plus(back, -90);
+        let late = (outage - 90 - 1) / 60 + 1; // whole minutes from `start` before the cutoff
+        for (id, runs) in &ids {
+            let occ = occurrences(&env, *id).await;
+            let missed_rows = occ
+                .iter()
+                .filter(|o| o.state == OccurrenceState::Missed)
+                .count() as u64;
+            let summarized: u64 = env
+                .store
+                .missed_range_list(MissedRangeList {
+                    tenant: env.tenant,
+                    schedule_id: *id,
+                })
+                .await
+                .unwrap()
+                .iter()
+                .map(|m| m.count)
+                .sum();
+            assert_eq!(
+                missed_rows + summarized,
+                late as u64 - runs,
+                "{label}, {runs} runs: every late instant not run is on record"
+            );
+            let late_runs: Vec<_> = occ
+                .iter()
+                .filter(|o| o.state != OccurrenceState::Missed && o.scheduled_for < cutoff)
+                .map(|o| o.scheduled_for)
+                .collect();
+            let want: Vec<_> = (late - *runs as i64..late)
+                .map(|k| plus(start, k * 60))
+                .collect();
+            assert_eq!(late_runs, want, "{label}: the latest late instants run");
+        }
+    }
+}
+both!(preplanned_occurrences_follow_the_misfire_policy);
+
 async fn pause_then_resume_applies_the_misfire_policy(env: Env) {
     let s = schedules(&env);
     let p = planner(&env, "node-a");

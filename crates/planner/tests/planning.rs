@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use campanile_calendar::{DstFold, DstGap, DstPolicy};
-use campanile_planner::calendar_of;
+use campanile_planner::{Planner, PlannerConfig, calendar_of};
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
 
@@ -154,3 +154,47 @@ async fn next_fires_and_first_instant(env: Env) {
     assert_eq!(occ.first().map(|o| o.scheduled_for), Some(whole));
 }
 both!(next_fires_and_first_instant);
+
+/// A pass on the store's clock that outlasts a third of the shard lease renews the leases
+/// (and the node's liveness mark) as it goes: a long top-of-the-hour pass neither loses its
+/// shards to a node starting meanwhile nor makes that node think the cluster was down.
+async fn a_long_pass_renews_its_leases_as_it_goes(env: Env) {
+    let mut cfg = PlannerConfig::new("node-a");
+    cfg.shards = 4;
+    cfg.shard_lease = SignedDuration::from_millis(300);
+    cfg.batch = 50;
+    let p = Planner::new(env.store.clone(), cfg);
+    let now = env.store.store_now().await.unwrap();
+    let items: Vec<_> = (0..20_000)
+        .map(|_| {
+            let id = campanile_core::ScheduleId(uuid::Uuid::now_v7());
+            (id, campanile_planner::shard_of(id, 4), Some(now))
+        })
+        .collect();
+    env.store
+        .schedule_create_many(ScheduleCreateMany {
+            tenant: env.tenant,
+            spec: spec(Timing::At(now)),
+            items,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let before = env.store.store_now().await.unwrap();
+    let started = std::time::Instant::now();
+    let report = p.tick(None).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(report.planned, 20_000);
+    assert_eq!(report.fenced, 0, "no batch lost its shard");
+    assert!(
+        took.as_millis() >= 200,
+        "the pass must outlast a renewal: {took:?}"
+    );
+    for lease in p.shards_held() {
+        assert!(
+            lease.lease_until >= before + SignedDuration::from_millis(300 + 100),
+            "renewed during the pass: {lease:?} (pass started {before})"
+        );
+    }
+}
+both!(a_long_pass_renews_its_leases_as_it_goes);

@@ -473,6 +473,10 @@ impl Store for PgStore {
         schedules::shard_acquire(&mut self.client().await?, p).await
     }
 
+    async fn node_resume(&self, p: NodeResume) -> Result<Resumed, StoreError> {
+        schedules::node_resume(&mut self.client().await?, p).await
+    }
+
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
         schedules::shard_release(&self.client().await?, p).await
     }

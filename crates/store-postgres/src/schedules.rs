@@ -722,3 +722,94 @@ pub(crate) async fn schedule_position(
         _ => Ok(None),
     }
 }
+
+/// See [`Store::node_resume`].
+pub(crate) async fn node_resume(c: &mut Client, p: NodeResume) -> R<Resumed> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    // The same lock as shard acquisition: nodes starting together take turns, and the second
+    // sees the first's mark.
+    execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&SHARD_LOCK]).await?;
+    let lease = p.lease.as_millis() as i64;
+    let last_alive: Option<i64> = query(&tx, "SELECT max(alive_until) FROM planner_nodes", &[])
+        .await?
+        .first()
+        .and_then(|r| r.get(0));
+    execute(
+        &tx,
+        "INSERT INTO planner_nodes (node, alive_until) VALUES ($1, $2)
+         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
+        &[&p.node, &now.saturating_add(lease)],
+    )
+    .await?;
+    // Alive means `alive_until > now`, as for the fair share in `shard_acquire`.
+    let Some(until) = last_alive.filter(|u| *u <= now) else {
+        tx.commit().await.map_err(pg_err)?;
+        return Ok(Resumed::default());
+    };
+    // A mark lasts one lease from when it was written: that is when a node was last seen.
+    let since = until.saturating_sub(lease);
+    let mut out = Resumed {
+        down_since: Some(ts(since)?),
+        ..Resumed::default()
+    };
+    // Never claimed, and claimable only from inside the outage (a scan of the pending index,
+    // not of the history), grouped per schedule version with its definition and how far it
+    // is planned.
+    let groups = query(
+        &tx,
+        &format!(
+            "WITH c AS (
+                SELECT schedule_id, version, scheduled_for FROM occurrences
+                 WHERE state IN ('READY', 'RETRY_WAIT') AND state = 'READY' AND attempts = 0
+                   AND available_at >= $1 AND available_at < $2)
+             SELECT c.schedule_id, c.version, array_agg(c.scheduled_for ORDER BY c.scheduled_for),
+                    (SELECT max(o.scheduled_for) FROM occurrences o
+                      WHERE o.schedule_id = c.schedule_id AND o.version = c.version),
+                    {}
+               FROM c JOIN schedule_versions v ON v.schedule_id = c.schedule_id AND v.version = c.version
+              GROUP BY c.schedule_id, c.version, v.schedule_id, v.version",
+            SPEC_COLS.replace("v.payload", "NULL::text")
+        ),
+        &[&since, &now],
+    )
+    .await?;
+    let (mut at_col, mut id_col, mut version_col) = (Vec::new(), Vec::new(), Vec::new());
+    for r in &groups {
+        let id: Uuid = r.get(0);
+        let version: i32 = r.get(1);
+        let instants = r
+            .get::<_, Vec<i64>>(2)
+            .into_iter()
+            .map(ts)
+            .collect::<R<Vec<_>>>()?;
+        out.examined += instants.len() as u64;
+        let spec = spec_row(r, 4)?;
+        let missed = p.judge.missed(&PrePlanned {
+            schedule_id: ScheduleId(id),
+            version: u32_of(version),
+            spec: &spec,
+            planned_through: ts(r.get(3))?,
+            instants: &instants,
+            now: ts(now)?,
+        });
+        for at in missed {
+            at_col.push(at.as_millisecond());
+            id_col.push(id);
+            version_col.push(version);
+        }
+    }
+    if !at_col.is_empty() {
+        out.missed = execute(
+            &tx,
+            "UPDATE occurrences o SET state = 'MISSED', finished_at = $4
+               FROM unnest($1::int8[], $2::uuid[], $3::int4[]) AS m(at, id, version)
+              WHERE o.scheduled_for = m.at AND o.schedule_id = m.id AND o.version = m.version
+                AND o.state = 'READY' AND o.attempts = 0",
+            &[&at_col, &id_col, &version_col, &now],
+        )
+        .await?;
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(out)
+}

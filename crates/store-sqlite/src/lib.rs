@@ -363,6 +363,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn node_resume(&self, p: NodeResume) -> Result<Resumed, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| schedules::node_resume(c, &p, now))
+            .await
+    }
+
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
         let now = self.now(p.now);
         self.write(move |c| schedules::shard_release(c, &p, now))

@@ -646,3 +646,88 @@ pub(crate) fn schedule_position(
         _ => Ok(None),
     }
 }
+
+/// See [`Store::node_resume`].
+pub(crate) fn node_resume(c: &Connection, p: &NodeResume, now: i64) -> R<Resumed> {
+    let lease = p.lease.as_millis() as i64;
+    let last_alive: Option<i64> = c
+        .prepare_cached("SELECT MAX(alive_until) FROM planner_nodes")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(db_err)?;
+    c.prepare_cached(
+        "INSERT INTO planner_nodes (node, alive_until) VALUES (?1, ?2)
+         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
+    )
+    .and_then(|mut s| s.execute(params![p.node, now.saturating_add(lease)]))
+    .map_err(db_err)?;
+    // Alive means `alive_until > now`, as for the fair share in `shard_acquire`.
+    let Some(until) = last_alive.filter(|u| *u <= now) else {
+        return Ok(Resumed::default());
+    };
+    // A mark lasts one lease from when it was written: that is when a node was last seen.
+    let since = until.saturating_sub(lease);
+    let mut out = Resumed {
+        down_since: Some(ts(since)?),
+        ..Resumed::default()
+    };
+    // Never claimed, and claimable only from inside the outage. Each half names its partial
+    // index's condition so that the scan is of pending rows, not of the history.
+    let rows: Vec<(Uuid, u32, i64)> = c
+        .prepare_cached(
+            "SELECT schedule_id, version, scheduled_for FROM occurrences
+              WHERE state IN ('READY', 'RETRY_WAIT') AND overlap = 0
+                AND state = 'READY' AND attempts = 0 AND available_at >= ?1 AND available_at < ?2
+             UNION ALL
+             SELECT schedule_id, version, scheduled_for FROM occurrences
+              WHERE state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
+                AND state = 'READY' AND attempts = 0 AND available_at >= ?1 AND available_at < ?2
+             ORDER BY 1, 2, 3",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![since, now], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?;
+    out.examined = rows.len() as u64;
+    let mut spec_of = c
+        .prepare_cached(&format!(
+            "SELECT {},
+                    (SELECT MAX(o.scheduled_for) FROM occurrences o
+                      WHERE o.schedule_id = v.schedule_id AND o.version = v.version)
+               FROM schedule_versions v WHERE v.schedule_id = ?1 AND v.version = ?2",
+            SPEC_COLS.replace("v.payload", "NULL")
+        ))
+        .map_err(db_err)?;
+    let mut miss = c
+        .prepare_cached(
+            "UPDATE occurrences SET state = 'MISSED', finished_at = ?4
+              WHERE scheduled_for = ?1 AND schedule_id = ?2 AND version = ?3
+                AND state = 'READY' AND attempts = 0",
+        )
+        .map_err(db_err)?;
+    for group in rows.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        let (id, version) = (group[0].0, group[0].1);
+        let (spec, through) = spec_of
+            .query_row(params![id, version], |r| {
+                Ok((spec_row(r, 0)?, r.get::<_, i64>(18)?))
+            })
+            .map_err(db_err)?;
+        let instants = group.iter().map(|r| ts(r.2)).collect::<R<Vec<_>>>()?;
+        let missed = p.judge.missed(&PrePlanned {
+            schedule_id: ScheduleId(id),
+            version,
+            spec: &spec?,
+            planned_through: ts(through)?,
+            instants: &instants,
+            now: ts(now)?,
+        });
+        for at in missed {
+            out.missed += miss
+                .execute(params![at.as_millisecond(), id, version, now])
+                .map_err(db_err)? as u64;
+        }
+    }
+    Ok(out)
+}

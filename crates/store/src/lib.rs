@@ -142,6 +142,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// returns the leases the node now holds.
     async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError>;
 
+    /// Marks the node alive as it starts, and if no node was alive until then (the whole
+    /// control plane was down: stopped, crashed, or cut off from the database), applies the
+    /// misfire policy to what the outage left behind that the planner will not see again:
+    /// occurrences planned before it (up to the planning horizon ahead), due during it, never
+    /// claimed, and later than their schedule allows now. `p.judge` decides, per schedule,
+    /// which become `MISSED`; the rest run. One transaction, serialized with other nodes'
+    /// resumes and shard acquisitions, so that of nodes starting together exactly one sees
+    /// the outage and the others see it handled. Call before serving claims.
+    async fn node_resume(&self, p: NodeResume) -> Result<Resumed, StoreError>;
+
     /// Gives up every shard the node holds (graceful shutdown).
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError>;
 

@@ -367,6 +367,54 @@ pub struct ShardAcquire {
     pub now: Option<Timestamp>,
 }
 
+/// Params of [`crate::Store::node_resume`].
+#[derive(Debug, Clone)]
+pub struct NodeResume {
+    /// The node starting.
+    pub node: String,
+    /// The shard lease length: how long a node's liveness mark lasts, and so how long before
+    /// its expiry a node whose mark expired was last known to be alive.
+    pub lease: SignedDuration,
+    /// Decides, per schedule, which of its planned instants that came due while no node was
+    /// alive are recorded `MISSED` (the misfire policy; the store does not know calendars).
+    pub judge: std::sync::Arc<dyn PrePlannedJudge>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// What [`crate::Store::node_resume`] shows a [`PrePlannedJudge`]: one schedule's occurrences
+/// that were planned before the control plane went down, came due while it was down, and
+/// were never claimed.
+#[derive(Debug, Clone)]
+pub struct PrePlanned<'a> {
+    /// The schedule.
+    pub schedule_id: ScheduleId,
+    /// The version they belong to (the current one: an update cancels older versions').
+    pub version: u32,
+    /// That version's definition.
+    pub spec: &'a ScheduleSpec,
+    /// The latest instant of this version planned so far (the planner goes on from the
+    /// calendar's next instant after it).
+    pub planned_through: Timestamp,
+    /// Their `scheduled_for`, ascending.
+    pub instants: &'a [Timestamp],
+    /// The resuming node's clock.
+    pub now: Timestamp,
+}
+
+/// The misfire decision for occurrences planned before an outage (implemented by the
+/// planner, which knows calendars and policies).
+pub trait PrePlannedJudge: Send + Sync {
+    /// Which of `p.instants` to record `MISSED`; the others stay `READY` and run.
+    fn missed(&self, p: &PrePlanned<'_>) -> Vec<Timestamp>;
+}
+
+impl std::fmt::Debug for dyn PrePlannedJudge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrePlannedJudge")
+    }
+}
+
 /// Params of [`crate::Store::shard_release`].
 #[derive(Debug, Clone)]
 pub struct ShardRelease {

@@ -552,6 +552,19 @@ pub struct ShardLease {
     pub lease_until: Timestamp,
 }
 
+/// What [`crate::Store::node_resume`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resumed {
+    /// `Some(t)`: no node was alive when this one started; `t` is the last instant a node
+    /// was known to be alive (the outage began after it). `None`: the control plane was up
+    /// (another node is alive) or this is the deployment's first start.
+    pub down_since: Option<Timestamp>,
+    /// Occurrences planned before the outage, due during it and never claimed, looked at.
+    pub examined: u64,
+    /// Of those, recorded `MISSED` by the misfire policy.
+    pub missed: u64,
+}
+
 /// What a [`crate::Store::plan_commit`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PlanReport {

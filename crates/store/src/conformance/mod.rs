@@ -10,12 +10,14 @@ mod fencing;
 mod lifecycle;
 mod races;
 mod relay;
+mod resume;
 
 pub use crash::*;
 pub use fencing::*;
 pub use lifecycle::*;
 pub use races::*;
 pub use relay::*;
+pub use resume::*;
 
 use std::sync::Arc;
 
@@ -51,7 +53,8 @@ macro_rules! conformance_tests {
             attempt_history_records_every_attempt_exactly, constrained_lease_expiry_is_reclaimed,
             simultaneous_claimers_and_reporters_keep_their_own_terms,
             renewals_and_reports_of_the_same_leases_never_deadlock,
-            claims_and_renewals_without_a_lease_grant_each_occurrences_own);
+            claims_and_renewals_without_a_lease_grant_each_occurrences_own,
+            resume_judges_what_came_due_while_no_node_was_alive);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

@@ -1,0 +1,186 @@
+//! A node starting after the whole control plane was down.
+
+use std::sync::Mutex;
+
+use campanile_core::OccurrenceState;
+use jiff::SignedDuration;
+use tokio::runtime::Runtime;
+
+use super::*;
+
+/// One judgement: schedule, version, instants, planned through.
+type Seen = (ScheduleId, u32, Vec<Timestamp>, Timestamp);
+
+/// Records what it is shown and misses every instant older than a minute before `now`.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<Seen>>,
+}
+
+impl PrePlannedJudge for Recorder {
+    fn missed(&self, p: &PrePlanned<'_>) -> Vec<Timestamp> {
+        self.seen.lock().unwrap().push((
+            p.schedule_id,
+            p.version,
+            p.instants.to_vec(),
+            p.planned_through,
+        ));
+        let cutoff = p.now - SignedDuration::from_secs(60);
+        p.instants.iter().copied().filter(|t| *t < cutoff).collect()
+    }
+}
+
+async fn resume(s: &dyn Store, node: &str, judge: &Arc<Recorder>, now: Timestamp) -> Resumed {
+    s.node_resume(NodeResume {
+        node: node.into(),
+        lease: SignedDuration::from_secs(15),
+        judge: judge.clone(),
+        now: Some(now),
+    })
+    .await
+    .unwrap()
+}
+
+async fn state(s: &dyn Store, f: &Fixture, id: OccurrenceId) -> OccurrenceState {
+    s.occurrence_get(OccurrenceGet {
+        tenant: f.tenant,
+        key: OccurrenceKey::Id(id),
+        now: Some(secs(400)),
+    })
+    .await
+    .unwrap()
+    .unwrap()
+    .occurrence
+    .state
+}
+
+/// What the outage left behind is judged once, by the first node back, and only that: never
+/// claimed, claimable only from inside the outage (by `available_at`, so a flexible window
+/// that moved an earlier instant into it counts), across tenants; a backlog from before it,
+/// claimed rows and rows not due yet are left alone. A node starting while another is alive
+/// sees no outage, and of nodes starting together exactly one does.
+pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let judge = Arc::new(Recorder::default());
+        // The deployment's first start: nothing to judge.
+        assert_eq!(resume(s, "a", &judge, secs(0)).await, Resumed::default());
+        let f = fixture(s, "acme", "q").await;
+        let g = fixture(s, "beta", "q").await;
+        let occ = |sched: i64, avail: i64| {
+            let mut o = new_occ(&f, "q", secs(sched), 3);
+            o.available_at = secs(avail);
+            o
+        };
+        let ids = insert(
+            s,
+            &f,
+            vec![
+                occ(90, 90),   // 0: claimed before the outage
+                occ(91, 91),   // 1: backlog from before the outage
+                occ(95, 150),  // 2: moved into the outage by a flexible window
+                occ(120, 120), // 3: due in the outage
+                occ(200, 200), // 4: due in the outage
+                occ(380, 380), // 5: due in the outage, within the judge's minute
+                occ(500, 500), // 6: not due yet
+            ],
+        )
+        .await;
+        let other = insert(s, &g, vec![new_occ(&g, "q", secs(150), 3)]).await;
+        // Node a renews at 100 (alive until 115); b starts at 110 while a is alive.
+        s.shard_acquire(ShardAcquire {
+            node: "a".into(),
+            total: 4,
+            lease: SignedDuration::from_secs(15),
+            now: Some(secs(100)),
+        })
+        .await
+        .unwrap();
+        let c = claim(s, &f, "q", "w", 1, 1_000, secs(100)).await;
+        assert_eq!(c[0].id, ids[0]);
+        assert_eq!(resume(s, "b", &judge, secs(110)).await, Resumed::default());
+        assert!(judge.seen.lock().unwrap().is_empty());
+        // Nobody renews: b's mark (until 125) is the last. Back at 400.
+        let r = resume(s, "a", &judge, secs(400)).await;
+        assert_eq!(
+            r,
+            Resumed {
+                down_since: Some(secs(110)),
+                examined: 5,
+                missed: 4,
+            }
+        );
+        let mut seen = judge.seen.lock().unwrap().clone();
+        seen.sort_by_key(|x| x.0.0);
+        let mut want = vec![
+            (
+                f.schedule,
+                1,
+                vec![secs(95), secs(120), secs(200), secs(380)],
+                secs(500),
+            ),
+            (g.schedule, 1, vec![secs(150)], secs(150)),
+        ];
+        want.sort_by_key(|x| x.0.0);
+        assert_eq!(
+            seen, want,
+            "one judgement per schedule version, instants ascending"
+        );
+        let states = [
+            OccurrenceState::Running,
+            OccurrenceState::Ready,
+            OccurrenceState::Missed,
+            OccurrenceState::Missed,
+            OccurrenceState::Missed,
+            OccurrenceState::Ready,
+            OccurrenceState::Scheduled,
+        ];
+        for (i, want) in states.iter().enumerate() {
+            assert_eq!(state(s, &f, ids[i]).await, *want, "occurrence {i}");
+        }
+        assert_eq!(state(s, &g, other[0]).await, OccurrenceState::Missed);
+        // What was judged to run is claimable; what was missed is not.
+        let c = claim(s, &f, "q", "w", 10, 5, secs(400)).await;
+        let got: Vec<_> = c.iter().map(|c| c.id).collect();
+        assert_eq!(got, vec![ids[1], ids[5]]);
+
+        // Two nodes back at the same instant after the next outage: one judges, once.
+        let late = insert(s, &f, vec![occ(900, 900)]).await;
+        judge.seen.lock().unwrap().clear();
+        let (x, y) = tokio::join!(
+            resume(s, "c", &judge, secs(1_000)),
+            resume(s, "d", &judge, secs(1_000))
+        );
+        assert_eq!(
+            [x.down_since, y.down_since].iter().flatten().count(),
+            1,
+            "{x:?} {y:?}"
+        );
+        assert_eq!(
+            x.missed + y.missed,
+            2,
+            "900, and 500 (due at 500, in this outage)"
+        );
+        assert_eq!(judge.seen.lock().unwrap().len(), 1);
+        assert_eq!(state(s, &f, late[0]).await, OccurrenceState::Missed);
+        assert_eq!(state(s, &f, ids[6]).await, OccurrenceState::Missed);
+        // And again, racing, outage after outage.
+        for round in 2..10 {
+            let back = round * 1_000;
+            let late = insert(s, &f, vec![occ(back - 100, back - 100)]).await;
+            let (nx, ny) = (format!("x{round}"), format!("y{round}"));
+            let (x, y) = tokio::join!(
+                resume(s, &nx, &judge, secs(back)),
+                resume(s, &ny, &judge, secs(back))
+            );
+            let seen: Vec<_> = [x, y]
+                .into_iter()
+                .filter(|r| r.down_since.is_some())
+                .collect();
+            assert_eq!(seen.len(), 1, "round {round}: {x:?} {y:?}");
+            assert_eq!(seen[0].missed, 1, "round {round}");
+            assert_eq!(x.missed + y.missed, 1, "round {round}");
+            assert_eq!(state(s, &f, late[0]).await, OccurrenceState::Missed);
+        }
+    });
+}
