@@ -159,13 +159,16 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     }
     first_run(store.as_ref(), &args.database).await?;
     let node = format!("node-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    // Metrics from the first planning pass on are exported.
+    campanile_server::install_metrics();
     let mut planner = PlannerConfig::new(node.clone());
     planner.shards = args.shards;
     // Before anything is claimed or relayed: if the whole control plane was down, what it had
     // planned and could not hand out on time is judged by its misfire policy first.
-    campanile_planner::resume(store.as_ref(), &planner, None)
-        .await
-        .map_err(|e| CliError::runtime(format!("cannot start the node: {e}")))?;
+    let engine =
+        Engine::start_after_first_pass(Arc::clone(&store), planner, SweepConfig::default())
+            .await
+            .map_err(|e| CliError::runtime(format!("cannot start the node: {e}")))?;
     let relay = match &args.nats_url {
         None => None,
         Some(url) => {
@@ -181,7 +184,6 @@ async fn serve(args: Settings) -> Result<(), CliError> {
             Some(campanile_relay::spawn(relay))
         }
     };
-    let engine = Engine::start(Arc::clone(&store), planner, SweepConfig::default());
     let cfg = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         shards: args.shards,

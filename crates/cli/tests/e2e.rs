@@ -319,7 +319,8 @@ fn serve_killed_after_planning_records_what_came_due_while_down_as_missed() {
             if due_while_down {
                 assert_eq!(o["state"], "MISSED", "{o}");
                 judged += 1;
-            } else if at > restarted {
+            } else if at > restarted + jiff::SignedDuration::from_secs(30) {
+                // Due after the node was back (its start takes well under 30 s).
                 assert_ne!(o["state"], "MISSED", "{o}");
             }
         }

@@ -7,7 +7,7 @@ use campanile_store::{LeaseSweep, Store};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{Planner, PlannerConfig};
+use crate::{Planner, PlannerConfig, PlannerError};
 
 /// Recovery sweep settings.
 #[derive(Debug, Clone, Copy)]
@@ -38,8 +38,31 @@ pub struct Engine {
 impl Engine {
     /// Starts the planning loop and the recovery sweep on the current tokio runtime.
     pub fn start(store: Arc<dyn Store>, planner: PlannerConfig, sweep: SweepConfig) -> Engine {
-        let (stop, rx) = watch::channel(false);
         let planner = Arc::new(Planner::new(store.clone(), planner));
+        Engine::spawn(store, planner, sweep)
+    }
+
+    /// Runs a first planning pass, then starts as [`Engine::start`] does. A node calls this
+    /// before it serves claims: the pass's outage check records as `MISSED` what the misfire
+    /// policy says of the occurrences planned before an outage of the whole control plane, and
+    /// the pass plans the instants not planned yet with the same `now`, so that the two agree
+    /// on what is late and nothing stale is handed out first.
+    ///
+    /// # Errors
+    ///
+    /// [`PlannerError`] if the first pass fails (the store is unreachable).
+    pub async fn start_after_first_pass(
+        store: Arc<dyn Store>,
+        planner: PlannerConfig,
+        sweep: SweepConfig,
+    ) -> Result<Engine, PlannerError> {
+        let planner = Arc::new(Planner::new(store.clone(), planner));
+        planner.tick(None).await?;
+        Ok(Engine::spawn(store, planner, sweep))
+    }
+
+    fn spawn(store: Arc<dyn Store>, planner: Arc<Planner>, sweep: SweepConfig) -> Engine {
+        let (stop, rx) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(planner.clone().run(rx.clone())),
             tokio::spawn(sweeper(store.clone(), sweep, rx.clone())),

@@ -19,9 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use campanile_calendar::{Calendar, CalendarError, DstPolicy};
-use campanile_store::{
-    NodeResume, PrePlanned, PrePlannedJudge, Resumed, ScheduleSpec, Store, StoreError, Timing,
-};
+use campanile_store::{PrePlanned, PrePlannedJudge, ScheduleSpec, StoreError, Timing};
 use jiff::Timestamp;
 
 /// The planner layer's error.
@@ -73,7 +71,7 @@ pub fn shard_of(id: campanile_core::ScheduleId, shards: u32) -> i32 {
 
 /// [`materialize::preplanned_missed`] with each distinct calendar parsed once.
 #[derive(Default)]
-struct CalendarJudge {
+pub(crate) struct CalendarJudge {
     calendars: Mutex<HashMap<Timing, Option<Arc<Calendar>>>>,
 }
 
@@ -88,38 +86,4 @@ impl PrePlannedJudge for CalendarJudge {
             .clone();
         materialize::preplanned_missed(p, cal.as_deref())
     }
-}
-
-/// Starts a node: marks it alive and, if the whole control plane was down until now, applies
-/// each schedule's misfire policy to the occurrences planned before the outage that came due
-/// during it ([`Store::node_resume`]). Call before serving claims: what it records `MISSED`
-/// is then never handed out late.
-///
-/// # Errors
-///
-/// [`PlannerError::Store`] if the store fails.
-pub async fn resume(
-    store: &dyn Store,
-    cfg: &PlannerConfig,
-    now: Option<Timestamp>,
-) -> Result<Resumed, PlannerError> {
-    let r = store
-        .node_resume(NodeResume {
-            node: cfg.node.clone(),
-            lease: cfg.shard_lease,
-            judge: Arc::new(CalendarJudge::default()),
-            now,
-        })
-        .await?;
-    if let Some(since) = r.down_since {
-        metrics::counter!("campanile_occurrences_missed_total").increment(r.missed);
-        tracing::warn!(
-            %since,
-            examined = r.examined,
-            missed = r.missed,
-            "no node was alive since {since}: occurrences planned before the outage that came \
-             due during it were judged by their misfire policy"
-        );
-    }
-    Ok(r)
 }

@@ -238,7 +238,7 @@ pub fn plan(input: &Input<'_>) -> Planned {
 }
 
 /// The misfire decision for occurrences planned before an outage (see
-/// [`campanile_store::Store::node_resume`]): which of `p.instants` to record `MISSED`.
+/// [`campanile_store::Store::shard_acquire`]): which of `p.instants` to record `MISSED`.
 ///
 /// The same rule as [`plan`]'s, over the union of these instants and the late instants the
 /// planner has not planned yet (which all come after them): an instant is late if it is older

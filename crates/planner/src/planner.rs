@@ -61,6 +61,8 @@ pub struct TickReport {
     pub stale: u64,
     /// Batches refused because the shard lease was lost meanwhile.
     pub fenced: u64,
+    /// What the pass's outage check found and did (see [`Store::shard_acquire`]).
+    pub resumed: Resumed,
 }
 
 /// One node's planner.
@@ -111,19 +113,12 @@ impl Planner {
             Some(t) => t,
             None => self.store.store_now().await?,
         };
-        let leases = self
-            .store
-            .shard_acquire(ShardAcquire {
-                node: self.cfg.node.clone(),
-                total: self.cfg.shards,
-                lease: self.cfg.shard_lease,
-                now: Some(now),
-            })
-            .await?;
-        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = leases.clone();
-        metrics::gauge!("campanile_planner_shards_held").set(leases.len() as f64);
+        // The outage check runs with the pass's `now`, so that what it keeps of the instants
+        // planned before an outage and what this pass plans late agree on what is late.
+        let (leases, resumed) = self.acquire(Some(now)).await?;
         let mut report = TickReport {
             shards: leases.len(),
+            resumed,
             ..TickReport::default()
         };
         let before = now.checked_add(self.cfg.horizon).unwrap_or(Timestamp::MAX);
@@ -148,18 +143,14 @@ impl Planner {
         let mut renewed = std::time::Instant::now();
         for _ in 0..1_000_000 {
             if live && renewed.elapsed() >= renew {
-                let held = self
-                    .store
-                    .shard_acquire(ShardAcquire {
-                        node: self.cfg.node.clone(),
-                        total: self.cfg.shards,
-                        lease: self.cfg.shard_lease,
-                        now: None,
-                    })
-                    .await?;
+                let (held, _) = self.acquire(None).await?;
                 renewed = std::time::Instant::now();
-                metrics::gauge!("campanile_planner_shards_held").set(held.len() as f64);
-                *self.held.lock().unwrap_or_else(|e| e.into_inner()) = held;
+                // Plan on with what is still held, under its current epoch (a shard given up
+                // to a new node, or lost and taken back, is not read again in this pass).
+                rotation = rotation
+                    .into_iter()
+                    .filter_map(|l| held.iter().find(|h| h.shard == l.shard).copied())
+                    .collect();
             }
             let Some(lease) = rotation.pop_front() else {
                 if inflight.is_none() {
@@ -206,6 +197,38 @@ impl Planner {
             ));
         }
         Ok(report)
+    }
+
+    /// Renews the node's liveness mark and shard leases (with the outage check first) and
+    /// records what it holds.
+    async fn acquire(
+        &self,
+        now: Option<Timestamp>,
+    ) -> Result<(Vec<ShardLease>, Resumed), PlannerError> {
+        let acquired = self
+            .store
+            .shard_acquire(ShardAcquire {
+                node: self.cfg.node.clone(),
+                total: self.cfg.shards,
+                lease: self.cfg.shard_lease,
+                judge: Arc::new(crate::CalendarJudge::default()),
+                now,
+            })
+            .await?;
+        let r = acquired.resumed;
+        if let Some(since) = r.down_since {
+            metrics::counter!("campanile_occurrences_missed_total").increment(r.missed);
+            tracing::warn!(
+                %since,
+                examined = r.examined,
+                missed = r.missed,
+                "no node was alive since {since}: the occurrences planned before the outage \
+                 that came due during it were judged by their misfire policy"
+            );
+        }
+        metrics::gauge!("campanile_planner_shards_held").set(acquired.leases.len() as f64);
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = acquired.leases.clone();
+        Ok((acquired.leases, r))
     }
 
     /// Commits an in-flight batch (if any) and puts its shard back in the rotation unless it
@@ -333,33 +356,14 @@ impl Planner {
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let renew =
             Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).clamp(100, 60_000) as u64);
-        let mark = Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64);
-        // Since when passes have been failing (the database gone, say). Once that is longer
-        // than this node's liveness mark lasts, the control plane may have been down as a
-        // whole: the next pass is preceded by the resume check a starting node makes.
-        let mut failing: Option<std::time::Instant> = None;
         loop {
             if *shutdown.borrow() {
                 break;
             }
-            if failing.is_some_and(|t| t.elapsed() >= mark)
-                && let Err(e) = crate::resume(self.store.as_ref(), &self.cfg, None).await
-            {
-                tracing::warn!(error = %e, "resume check failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = shutdown.changed() => {}
-                }
-                continue;
-            }
             let sleep = match self.tick(None).await {
-                Ok(_) => {
-                    failing = None;
-                    self.until_next(renew).await
-                }
+                Ok(_) => self.until_next(renew).await,
                 Err(e) => {
                     tracing::warn!(error = %e, "planning pass failed; retrying");
-                    failing.get_or_insert_with(std::time::Instant::now);
                     Duration::from_secs(1)
                 }
             };

@@ -175,11 +175,8 @@ async fn preplanned_occurrences_follow_the_misfire_policy(env: Env) {
         }
         // Down from just after `start` (planner, API, workers: nothing claims) until `back`.
         let back = plus(start, outage);
-        let r = campanile_planner::resume(env.store.as_ref(), p.config(), Some(back))
-            .await
-            .unwrap();
-        assert_eq!(r.down_since, Some(start), "{label}");
-        p.tick(Some(back)).await.unwrap();
+        let r = p.tick(Some(back)).await.unwrap();
+        assert_eq!(r.resumed.down_since, Some(start), "{label}");
         let cutoff = plus(back, -90);
         let late = (outage - 90 - 1) / 60 + 1; // whole minutes from `start` before the cutoff
         for (id, runs) in &ids {

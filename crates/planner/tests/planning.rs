@@ -161,11 +161,11 @@ both!(next_fires_and_first_instant);
 async fn a_long_pass_renews_its_leases_as_it_goes(env: Env) {
     let mut cfg = PlannerConfig::new("node-a");
     cfg.shards = 4;
-    cfg.shard_lease = SignedDuration::from_millis(300);
-    cfg.batch = 50;
+    cfg.shard_lease = SignedDuration::from_millis(1_200);
+    cfg.batch = 20;
     let p = Planner::new(env.store.clone(), cfg);
     let now = env.store.store_now().await.unwrap();
-    let items: Vec<_> = (0..20_000)
+    let items: Vec<_> = (0..5_000)
         .map(|_| {
             let id = campanile_core::ScheduleId(uuid::Uuid::now_v7());
             (id, campanile_planner::shard_of(id, 4), Some(now))
@@ -184,15 +184,15 @@ async fn a_long_pass_renews_its_leases_as_it_goes(env: Env) {
     let started = std::time::Instant::now();
     let report = p.tick(None).await.unwrap();
     let took = started.elapsed();
-    assert_eq!(report.planned, 20_000);
+    assert_eq!(report.planned, 5_000);
     assert_eq!(report.fenced, 0, "no batch lost its shard");
     assert!(
-        took.as_millis() >= 200,
+        took.as_millis() >= 500,
         "the pass must outlast a renewal: {took:?}"
     );
     for lease in p.shards_held() {
         assert!(
-            lease.lease_until >= before + SignedDuration::from_millis(300 + 100),
+            lease.lease_until >= before + SignedDuration::from_millis(1_200 + 400),
             "renewed during the pass: {lease:?} (pass started {before})"
         );
     }

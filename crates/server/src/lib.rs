@@ -95,6 +95,12 @@ impl AppState {
     }
 }
 
+/// Installs the process-wide Prometheus recorder (once), so that what a node does before it
+/// serves (its first planning pass) is counted.
+pub fn install_metrics() {
+    let _ = metrics_handle();
+}
+
 /// The process-wide Prometheus recorder (installed once).
 fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

@@ -469,12 +469,8 @@ impl Store for PgStore {
         schedules::plan_commit(&mut self.client().await?, p).await
     }
 
-    async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError> {
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<ShardAcquired, StoreError> {
         schedules::shard_acquire(&mut self.client().await?, p).await
-    }
-
-    async fn node_resume(&self, p: NodeResume) -> Result<Resumed, StoreError> {
-        schedules::node_resume(&mut self.client().await?, p).await
     }
 
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {

@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "occurrence_lease",
         include_str!("../migrations/0007_occurrence_lease.sql"),
     ),
+    (
+        8,
+        "node_seen",
+        include_str!("../migrations/0008_node_seen.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -543,10 +543,12 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
 
 const SHARD_LOCK: i64 = 0x0063_616d_7368_6172; // "camshar"
 
-pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<Vec<ShardLease>> {
+pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<ShardAcquired> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
+    // Nodes take turns: of nodes coming back together, the second sees the first's mark.
     execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&SHARD_LOCK]).await?;
+    let resumed = outage_check(&tx, &p, now).await?;
     let total = i64::from(p.total.max(1));
     let until = now.saturating_add(p.lease.as_millis() as i64);
     execute(
@@ -557,9 +559,9 @@ pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<Vec<Shar
     .await?;
     execute(
         &tx,
-        "INSERT INTO planner_nodes (node, alive_until) VALUES ($1, $2)
-         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
-        &[&p.node, &until],
+        "INSERT INTO planner_nodes (node, alive_until, seen_at) VALUES ($1, $2, $3)
+         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until, seen_at = excluded.seen_at",
+        &[&p.node, &until, &now],
     )
     .await?;
     let others: i64 = query(
@@ -614,14 +616,14 @@ pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<Vec<Shar
     .map(|r| Ok(ShardLease { shard: r.get(0), epoch: r.get(1), lease_until: ts(r.get(2))? }))
     .collect::<R<Vec<_>>>()?;
     tx.commit().await.map_err(pg_err)?;
-    Ok(leases)
+    Ok(ShardAcquired { leases, resumed })
 }
 
 pub(crate) async fn shard_release(c: &Client, p: ShardRelease) -> R<u64> {
     let now = resolve_now(c, p.now).await?;
     execute(
         c,
-        "UPDATE planner_nodes SET alive_until = $2 WHERE node = $1",
+        "UPDATE planner_nodes SET alive_until = $2, seen_at = $2 WHERE node = $1",
         &[&p.node, &now],
     )
     .await?;
@@ -723,32 +725,27 @@ pub(crate) async fn schedule_position(
     }
 }
 
-/// See [`Store::node_resume`].
-pub(crate) async fn node_resume(c: &mut Client, p: NodeResume) -> R<Resumed> {
-    let tx = c.transaction().await.map_err(pg_err)?;
-    let now = resolve_now(&tx, p.now).await?;
-    // The same lock as shard acquisition: nodes starting together take turns, and the second
-    // sees the first's mark.
-    execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&SHARD_LOCK]).await?;
+/// The outage check of [`Store::shard_acquire`], under its lock and before the node writes
+/// its own mark: if no mark is valid, judge what came due since a node was last seen.
+async fn outage_check<C: GenericClient>(tx: &C, p: &ShardAcquire, now: i64) -> R<Resumed> {
     let lease = p.lease.as_millis() as i64;
-    let last_alive: Option<i64> = query(&tx, "SELECT max(alive_until) FROM planner_nodes", &[])
-        .await?
-        .first()
-        .and_then(|r| r.get(0));
-    execute(
-        &tx,
-        "INSERT INTO planner_nodes (node, alive_until) VALUES ($1, $2)
-         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
-        &[&p.node, &now.saturating_add(lease)],
+    // `seen_at` is when a mark was written (a renewal, or a graceful stop); marks from before
+    // it existed (migration 8) were written one lease before they end.
+    let row = query(
+        tx,
+        "SELECT max(alive_until), max(COALESCE(seen_at, alive_until - $1)) FROM planner_nodes",
+        &[&lease],
     )
     .await?;
+    let (last_alive, last_seen): (Option<i64>, Option<i64>) =
+        row.first().map_or((None, None), |r| (r.get(0), r.get(1)));
     // Alive means `alive_until > now`, as for the fair share in `shard_acquire`.
-    let Some(until) = last_alive.filter(|u| *u <= now) else {
-        tx.commit().await.map_err(pg_err)?;
+    let (Some(until), Some(since)) = (last_alive, last_seen) else {
         return Ok(Resumed::default());
     };
-    // A mark lasts one lease from when it was written: that is when a node was last seen.
-    let since = until.saturating_sub(lease);
+    if until > now {
+        return Ok(Resumed::default());
+    }
     let mut out = Resumed {
         down_since: Some(ts(since)?),
         ..Resumed::default()
@@ -757,7 +754,7 @@ pub(crate) async fn node_resume(c: &mut Client, p: NodeResume) -> R<Resumed> {
     // not of the history), grouped per schedule version with its definition and how far it
     // is planned.
     let groups = query(
-        &tx,
+        tx,
         &format!(
             "WITH c AS (
                 SELECT schedule_id, version, scheduled_for FROM occurrences
@@ -801,7 +798,7 @@ pub(crate) async fn node_resume(c: &mut Client, p: NodeResume) -> R<Resumed> {
     }
     if !at_col.is_empty() {
         out.missed = execute(
-            &tx,
+            tx,
             "UPDATE occurrences o SET state = 'MISSED', finished_at = $4
                FROM unnest($1::int8[], $2::uuid[], $3::int4[]) AS m(at, id, version)
               WHERE o.scheduled_for = m.at AND o.schedule_id = m.id AND o.version = m.version
@@ -810,6 +807,5 @@ pub(crate) async fn node_resume(c: &mut Client, p: NodeResume) -> R<Resumed> {
         )
         .await?;
     }
-    tx.commit().await.map_err(pg_err)?;
     Ok(out)
 }

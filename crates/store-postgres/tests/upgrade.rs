@@ -219,3 +219,62 @@ async fn upgrade_gives_existing_occurrences_the_old_default_lease() {
         jiff::Timestamp::from_second(1_030).expect("instant")
     );
 }
+
+/// Misses every instant it is shown.
+struct MissAll;
+
+impl campanile_store::PrePlannedJudge for MissAll {
+    fn missed(&self, p: &campanile_store::PrePlanned<'_>) -> Vec<jiff::Timestamp> {
+        p.instants.to_vec()
+    }
+}
+
+/// A liveness mark written before `seen_at` existed counts as written one lease before it
+/// ends: the outage it leaves is judged from there.
+#[tokio::test]
+async fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
+    let Some((url, schema, c)) = old_database("reports", 8).await else {
+        return;
+    };
+    c.batch_execute(
+        "INSERT INTO planner_nodes (node, alive_until) VALUES ('old-node', 20000);
+         INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+             queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+         VALUES ('00000000-0000-8000-8000-000000000001', 1, '00000000-0000-7000-8000-000000000001',
+             1, 4000, 4000, 'reports', 0, 'READY', 3, 1000, 60000, 0),
+                ('00000000-0000-8000-8000-000000000002', 1, '00000000-0000-7000-8000-000000000001',
+             1, 6000, 6000, 'reports', 0, 'READY', 3, 1000, 60000, 0)",
+    )
+    .await
+    .expect("old mark and occurrences");
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let acquired = match &store {
+        Ok(store) => Some(
+            store
+                .shard_acquire(campanile_store::ShardAcquire {
+                    node: "new-node".into(),
+                    total: 1,
+                    lease: jiff::SignedDuration::from_secs(15),
+                    judge: std::sync::Arc::new(MissAll),
+                    now: Some(jiff::Timestamp::from_second(100).expect("instant")),
+                })
+                .await,
+        ),
+        Err(_) => None,
+    };
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    let resumed = acquired.expect("acquire").expect("acquired").resumed;
+    assert_eq!(
+        resumed,
+        campanile_store::Resumed {
+            down_since: Some(jiff::Timestamp::from_second(5).expect("instant")),
+            examined: 1,
+            missed: 1,
+        },
+        "only the occurrence claimable after 20 s - 15 s is judged"
+    );
+}

@@ -357,15 +357,9 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError> {
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<ShardAcquired, StoreError> {
         let now = self.now(p.now);
         self.write(move |c| schedules::shard_acquire(c, &p, now))
-            .await
-    }
-
-    async fn node_resume(&self, p: NodeResume) -> Result<Resumed, StoreError> {
-        let now = self.now(p.now);
-        self.write(move |c| schedules::node_resume(c, &p, now))
             .await
     }
 

@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "occurrence_lease",
         include_str!("../migrations/0006_occurrence_lease.sql"),
     ),
+    (
+        7,
+        "node_seen",
+        include_str!("../migrations/0007_node_seen.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -493,7 +493,8 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
     Ok(report)
 }
 
-pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec<ShardLease>> {
+pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<ShardAcquired> {
+    let resumed = outage_check(c, p, now)?;
     let total = p.total.max(1) as i64;
     let until = now.saturating_add(p.lease.as_millis() as i64);
     {
@@ -505,10 +506,10 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec
         }
     }
     c.prepare_cached(
-        "INSERT INTO planner_nodes (node, alive_until) VALUES (?1, ?2)
-         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
+        "INSERT INTO planner_nodes (node, alive_until, seen_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until, seen_at = excluded.seen_at",
     )
-    .and_then(|mut s| s.execute(params![p.node, until]))
+    .and_then(|mut s| s.execute(params![p.node, until, now]))
     .map_err(db_err)?;
     let others: i64 = c
         .prepare_cached("SELECT COUNT(*) FROM planner_nodes WHERE node <> ?1 AND alive_until > ?2")
@@ -543,7 +544,7 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec
         .and_then(|mut s| s.execute(params![total, p.node, now, held - target]))
         .map_err(db_err)?;
     }
-    c.prepare_cached("SELECT shard, epoch, lease_until FROM shard_leases WHERE shard < ?1 AND owner = ?2 AND lease_until > ?3 ORDER BY shard")
+    let leases = c.prepare_cached("SELECT shard, epoch, lease_until FROM shard_leases WHERE shard < ?1 AND owner = ?2 AND lease_until > ?3 ORDER BY shard")
         .and_then(|mut s| {
             s.query_map(params![total, p.node, now], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?
                 .collect::<rusqlite::Result<Vec<_>>>()
@@ -551,11 +552,12 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Vec
         .map_err(db_err)?
         .into_iter()
         .map(|(shard, epoch, until)| Ok(ShardLease { shard, epoch, lease_until: ts(until)? }))
-        .collect()
+        .collect::<R<_>>()?;
+    Ok(ShardAcquired { leases, resumed })
 }
 
 pub(crate) fn shard_release(c: &Connection, p: &ShardRelease, now: i64) -> R<u64> {
-    c.prepare_cached("UPDATE planner_nodes SET alive_until = ?2 WHERE node = ?1")
+    c.prepare_cached("UPDATE planner_nodes SET alive_until = ?2, seen_at = ?2 WHERE node = ?1")
         .and_then(|mut s| s.execute(params![p.node, now]))
         .map_err(db_err)?;
     c.prepare_cached("UPDATE shard_leases SET owner = NULL, lease_until = ?2 WHERE owner = ?1")
@@ -647,25 +649,25 @@ pub(crate) fn schedule_position(
     }
 }
 
-/// See [`Store::node_resume`].
-pub(crate) fn node_resume(c: &Connection, p: &NodeResume, now: i64) -> R<Resumed> {
+/// The outage check of [`Store::shard_acquire`], before the node writes its own mark: if no
+/// mark is valid, judge what came due since a node was last seen.
+fn outage_check(c: &Connection, p: &ShardAcquire, now: i64) -> R<Resumed> {
     let lease = p.lease.as_millis() as i64;
-    let last_alive: Option<i64> = c
-        .prepare_cached("SELECT MAX(alive_until) FROM planner_nodes")
-        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+    // `seen_at` is when a mark was written (a renewal, or a graceful stop); marks from before
+    // it existed (migration 7) were written one lease before they end.
+    let (last_alive, last_seen): (Option<i64>, Option<i64>) = c
+        .prepare_cached(
+            "SELECT MAX(alive_until), MAX(COALESCE(seen_at, alive_until - ?1)) FROM planner_nodes",
+        )
+        .and_then(|mut s| s.query_row(params![lease], |r| Ok((r.get(0)?, r.get(1)?))))
         .map_err(db_err)?;
-    c.prepare_cached(
-        "INSERT INTO planner_nodes (node, alive_until) VALUES (?1, ?2)
-         ON CONFLICT (node) DO UPDATE SET alive_until = excluded.alive_until",
-    )
-    .and_then(|mut s| s.execute(params![p.node, now.saturating_add(lease)]))
-    .map_err(db_err)?;
-    // Alive means `alive_until > now`, as for the fair share in `shard_acquire`.
-    let Some(until) = last_alive.filter(|u| *u <= now) else {
+    // Alive means `alive_until > now`, as for the fair share below.
+    let (Some(until), Some(since)) = (last_alive, last_seen) else {
         return Ok(Resumed::default());
     };
-    // A mark lasts one lease from when it was written: that is when a node was last seen.
-    let since = until.saturating_sub(lease);
+    if until > now {
+        return Ok(Resumed::default());
+    }
     let mut out = Resumed {
         down_since: Some(ts(since)?),
         ..Resumed::default()
@@ -690,7 +692,6 @@ pub(crate) fn node_resume(c: &Connection, p: &NodeResume, now: i64) -> R<Resumed
             .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?;
-    out.examined = rows.len() as u64;
     let mut spec_of = c
         .prepare_cached(&format!(
             "SELECT {},
@@ -709,12 +710,19 @@ pub(crate) fn node_resume(c: &Connection, p: &NodeResume, now: i64) -> R<Resumed
         .map_err(db_err)?;
     for group in rows.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
         let (id, version) = (group[0].0, group[0].1);
-        let (spec, through) = spec_of
+        // A version row cannot be missing (a foreign key in all but name); if it were, the
+        // group is left as it is, as on PostgreSQL.
+        let Some((spec, through)) = spec_of
             .query_row(params![id, version], |r| {
                 Ok((spec_row(r, 0)?, r.get::<_, i64>(18)?))
             })
-            .map_err(db_err)?;
+            .optional()
+            .map_err(db_err)?
+        else {
+            continue;
+        };
         let instants = group.iter().map(|r| ts(r.2)).collect::<R<Vec<_>>>()?;
+        out.examined += instants.len() as u64;
         let missed = p.judge.missed(&PrePlanned {
             schedule_id: ScheduleId(id),
             version,

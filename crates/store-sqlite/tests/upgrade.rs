@@ -206,3 +206,65 @@ fn upgrade_gives_existing_occurrences_the_old_default_lease() {
         jiff::Timestamp::from_second(1_030).expect("instant")
     );
 }
+
+/// Misses every instant it is shown.
+struct MissAll;
+
+impl campanile_store::PrePlannedJudge for MissAll {
+    fn missed(&self, p: &campanile_store::PrePlanned<'_>) -> Vec<jiff::Timestamp> {
+        p.instants.to_vec()
+    }
+}
+
+/// A liveness mark written before `seen_at` existed counts as written one lease before it
+/// ends: the outage it leaves is judged from there.
+#[test]
+fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
+    const SEEN_AT: i64 = 7;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing");
+    let conn = migrated_up_to(&path, SEEN_AT);
+    conn.execute_batch(
+        "UPDATE schedules SET id = X'00000000000070008000000000000001';
+         UPDATE schedule_versions SET misfire = '{\"policy\":\"skip\"}',
+             schedule_id = X'00000000000070008000000000000001';
+         INSERT INTO planner_nodes (node, alive_until) VALUES ('old-node', 20000);
+         INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for,
+             available_at, queue, priority, state, max_attempts, backoff_initial_ms,
+             backoff_max_ms, created_at)
+         VALUES (randomblob(16), 1, X'00000000000070008000000000000001', 1, 4000, 4000,
+                 'billing', 0, 'READY', 3, 1000, 60000, 0),
+                (randomblob(16), 1, X'00000000000070008000000000000001', 1, 6000, 6000,
+                 'billing', 0, 'READY', 3, 1000, 60000, 0);",
+    )
+    .expect("old mark and occurrences");
+    drop(conn);
+
+    let store = SqliteStore::open(&path).expect("upgrade");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let acquired = rt
+        .block_on(campanile_store::Store::shard_acquire(
+            &store,
+            campanile_store::ShardAcquire {
+                node: "new-node".into(),
+                total: 1,
+                lease: jiff::SignedDuration::from_secs(15),
+                judge: std::sync::Arc::new(MissAll),
+                now: Some(jiff::Timestamp::from_second(100).expect("instant")),
+            },
+        ))
+        .expect("acquire");
+    assert_eq!(
+        acquired.resumed,
+        campanile_store::Resumed {
+            down_since: Some(jiff::Timestamp::from_second(5).expect("instant")),
+            examined: 1,
+            missed: 1,
+        },
+        "only the occurrence claimable after 20 s - 15 s is judged"
+    );
+}

@@ -138,19 +138,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// occurrences (duplicates ignored by the unique key).
     async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError>;
 
-    /// Renews the node's shard leases and takes free or expired shards up to a fair share;
-    /// returns the leases the node now holds.
-    async fn shard_acquire(&self, p: ShardAcquire) -> Result<Vec<ShardLease>, StoreError>;
-
-    /// Marks the node alive as it starts, and if no node was alive until then (the whole
-    /// control plane was down: stopped, crashed, or cut off from the database), applies the
-    /// misfire policy to what the outage left behind that the planner will not see again:
-    /// occurrences planned before it (up to the planning horizon ahead), due during it, never
-    /// claimed, and later than their schedule allows now. `p.judge` decides, per schedule,
-    /// which become `MISSED`; the rest run. One transaction, serialized with other nodes'
-    /// resumes and shard acquisitions, so that of nodes starting together exactly one sees
-    /// the outage and the others see it handled. Call before serving claims.
-    async fn node_resume(&self, p: NodeResume) -> Result<Resumed, StoreError>;
+    /// Renews the node's liveness mark and shard leases and takes free or expired shards up
+    /// to a fair share; returns the leases the node now holds.
+    ///
+    /// First, in the same transaction (serialized with the other nodes' acquisitions), the
+    /// outage check: if no node's mark was valid (the whole control plane was down: stopped,
+    /// crashed, or cut off from the database), it applies the misfire policy to what the outage
+    /// left behind that the planner will not see again: occurrences planned before it (up to
+    /// the planning horizon ahead), never claimed, that became claimable during it. `p.judge`
+    /// decides, per schedule version, which become `MISSED`; the rest run. Of nodes coming
+    /// back together exactly one sees the outage; the others see it handled. A node calls
+    /// this before it serves claims, with the `now` of its first planning pass.
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<ShardAcquired, StoreError>;
 
     /// Gives up every shard the node holds (graceful shutdown).
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError>;

@@ -361,28 +361,16 @@ pub struct ShardAcquire {
     pub node: String,
     /// Number of shards in the deployment.
     pub total: u32,
-    /// Lease length.
+    /// Lease length (of the shard leases and of the node's liveness mark).
     pub lease: SignedDuration,
-    /// `None`: the store's clock.
-    pub now: Option<Timestamp>,
-}
-
-/// Params of [`crate::Store::node_resume`].
-#[derive(Debug, Clone)]
-pub struct NodeResume {
-    /// The node starting.
-    pub node: String,
-    /// The shard lease length: how long a node's liveness mark lasts, and so how long before
-    /// its expiry a node whose mark expired was last known to be alive.
-    pub lease: SignedDuration,
-    /// Decides, per schedule, which of its planned instants that came due while no node was
-    /// alive are recorded `MISSED` (the misfire policy; the store does not know calendars).
+    /// Decides, if no node was alive until now, which of the planned instants that came due
+    /// meanwhile are recorded `MISSED` (the misfire policy; the store does not know calendars).
     pub judge: std::sync::Arc<dyn PrePlannedJudge>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
 
-/// What [`crate::Store::node_resume`] shows a [`PrePlannedJudge`]: one schedule's occurrences
+/// What [`crate::Store::shard_acquire`] shows a [`PrePlannedJudge`]: one schedule's occurrences
 /// that were planned before the control plane went down, came due while it was down, and
 /// were never claimed.
 #[derive(Debug, Clone)]

@@ -552,12 +552,21 @@ pub struct ShardLease {
     pub lease_until: Timestamp,
 }
 
-/// What [`crate::Store::node_resume`] found and did.
+/// What [`crate::Store::shard_acquire`] holds afterwards, and found of an outage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardAcquired {
+    /// The leases the node holds.
+    pub leases: Vec<ShardLease>,
+    /// What the outage check found and did.
+    pub resumed: Resumed,
+}
+
+/// What the outage check of [`crate::Store::shard_acquire`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Resumed {
-    /// `Some(t)`: no node was alive when this one started; `t` is the last instant a node
-    /// was known to be alive (the outage began after it). `None`: the control plane was up
-    /// (another node is alive) or this is the deployment's first start.
+    /// `Some(t)`: no node was alive until now; `t` is the last instant a node was seen alive
+    /// (the outage began after it). `None`: a node was alive (this one, or another), or this
+    /// is the deployment's first start.
     pub down_since: Option<Timestamp>,
     /// Occurrences planned before the outage, due during it and never claimed, looked at.
     pub examined: u64,

@@ -30,22 +30,29 @@ impl PrePlannedJudge for Recorder {
     }
 }
 
+/// A node's shard acquisition (its start, or a renewal), with its outage check.
 async fn resume(s: &dyn Store, node: &str, judge: &Arc<Recorder>, now: Timestamp) -> Resumed {
-    s.node_resume(NodeResume {
+    s.shard_acquire(ShardAcquire {
         node: node.into(),
+        total: 4,
         lease: SignedDuration::from_secs(15),
         judge: judge.clone(),
         now: Some(now),
     })
     .await
     .unwrap()
+    .resumed
 }
 
 async fn state(s: &dyn Store, f: &Fixture, id: OccurrenceId) -> OccurrenceState {
+    state_at(s, f, id, secs(400)).await
+}
+
+async fn state_at(s: &dyn Store, f: &Fixture, id: OccurrenceId, now: Timestamp) -> OccurrenceState {
     s.occurrence_get(OccurrenceGet {
         tenant: f.tenant,
         key: OccurrenceKey::Id(id),
-        now: Some(secs(400)),
+        now: Some(now),
     })
     .await
     .unwrap()
@@ -87,15 +94,11 @@ pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harn
         )
         .await;
         let other = insert(s, &g, vec![new_occ(&g, "q", secs(150), 3)]).await;
-        // Node a renews at 100 (alive until 115); b starts at 110 while a is alive.
-        s.shard_acquire(ShardAcquire {
-            node: "a".into(),
-            total: 4,
-            lease: SignedDuration::from_secs(15),
-            now: Some(secs(100)),
-        })
-        .await
-        .unwrap();
+        // Node a renews every 10 s until 100 (alive until 115): never an outage.
+        for t in (10..=100).step_by(10) {
+            assert_eq!(resume(s, "a", &judge, secs(t)).await, Resumed::default());
+        }
+        // b starts at 110 while a is alive.
         let c = claim(s, &f, "q", "w", 1, 1_000, secs(100)).await;
         assert_eq!(c[0].id, ids[0]);
         assert_eq!(resume(s, "b", &judge, secs(110)).await, Resumed::default());
@@ -182,5 +185,40 @@ pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harn
             assert_eq!(x.missed + y.missed, 1, "round {round}");
             assert_eq!(state(s, &f, late[0]).await, OccurrenceState::Missed);
         }
+        // A graceful stop says exactly when the nodes were last seen: what was claimable
+        // before it is a backlog, not a misfire, even within a lease of the stop.
+        for node in ["x9", "y9"] {
+            s.shard_release(ShardRelease {
+                node: node.into(),
+                now: Some(secs(9_005)),
+            })
+            .await
+            .unwrap();
+        }
+        let rows = insert(
+            s,
+            &f,
+            vec![occ(9_002, 9_002), occ(9_005, 9_005), occ(9_006, 9_006)],
+        )
+        .await;
+        let r = resume(s, "z", &judge, secs(9_500)).await;
+        assert_eq!(
+            r,
+            Resumed {
+                down_since: Some(secs(9_005)),
+                examined: 2,
+                missed: 2,
+            }
+        );
+        let back = secs(9_500);
+        assert_eq!(state_at(s, &f, rows[0], back).await, OccurrenceState::Ready);
+        assert_eq!(
+            state_at(s, &f, rows[1], back).await,
+            OccurrenceState::Missed
+        );
+        assert_eq!(
+            state_at(s, &f, rows[2], back).await,
+            OccurrenceState::Missed
+        );
     });
 }
