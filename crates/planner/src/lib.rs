@@ -69,9 +69,10 @@ pub fn shard_of(id: campanile_core::ScheduleId, shards: u32) -> i32 {
     ((id.0.as_u128() as u64) % u64::from(shards.max(1))) as i32
 }
 
-/// [`materialize::preplanned_missed`] with each distinct calendar parsed once.
+/// The planner's [`PrePlannedJudge`]: [`materialize::preplanned_missed`] with each distinct
+/// calendar parsed once.
 #[derive(Default)]
-pub(crate) struct CalendarJudge {
+pub struct CalendarJudge {
     calendars: Mutex<HashMap<Timing, Option<Arc<Calendar>>>>,
 }
 
