@@ -159,31 +159,57 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     }
     first_run(store.as_ref(), &args.database).await?;
     let node = format!("node-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    // What can refuse the start (NATS, the listening address) is settled before the node
+    // marks itself alive and judges anything.
+    let nats = match &args.nats_url {
+        None => None,
+        Some(url) => Some((
+            url.clone(),
+            campanile_relay::connect(url)
+                .await
+                .map_err(|e| CliError::nats(&e))?,
+        )),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| CliError::runtime(format!("cannot listen on {}: {e}", args.listen)))?;
     // Metrics from the first planning pass on are exported.
     campanile_server::install_metrics();
     let mut planner = PlannerConfig::new(node.clone());
     planner.shards = args.shards;
     // Before anything is claimed or relayed: if the whole control plane was down, what it had
-    // planned and could not hand out on time is judged by its misfire policy first.
-    let engine =
-        Engine::start_after_first_pass(Arc::clone(&store), planner, SweepConfig::default())
-            .await
-            .map_err(|e| CliError::runtime(format!("cannot start the node: {e}")))?;
-    let relay = match &args.nats_url {
-        None => None,
-        Some(url) => {
-            let client = campanile_relay::connect(url)
-                .await
-                .map_err(|e| CliError::nats(&e))?;
-            let relay = campanile_relay::Relay::new(
+    // planned and could not hand out on time is judged by its misfire policy first. A failing
+    // first pass (the database gone again) is retried, not a reason to exit.
+    let first_pass = async {
+        loop {
+            match Engine::start_after_first_pass(
                 Arc::clone(&store),
-                client,
-                campanile_relay::RelayConfig::new(node.clone()),
-            );
-            tracing::info!(nats = %url, "relaying external targets to NATS JetStream");
-            Some(campanile_relay::spawn(relay))
+                planner.clone(),
+                SweepConfig::default(),
+            )
+            .await
+            {
+                Ok(engine) => return engine,
+                Err(e) => {
+                    tracing::warn!(error = %e, "first planning pass failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
         }
     };
+    let engine = tokio::select! {
+        engine = first_pass => engine,
+        _ = shutdown_signal() => return Ok(()),
+    };
+    let relay = nats.map(|(url, client)| {
+        let relay = campanile_relay::Relay::new(
+            Arc::clone(&store),
+            client,
+            campanile_relay::RelayConfig::new(node.clone()),
+        );
+        tracing::info!(nats = %url, "relaying external targets to NATS JetStream");
+        campanile_relay::spawn(relay)
+    });
     let cfg = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         shards: args.shards,
@@ -194,9 +220,6 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         AppState::new(Arc::clone(&store), &cfg, Some(engine.planner().clone())),
         &cfg,
     );
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| CliError::runtime(format!("cannot listen on {}: {e}", args.listen)))?;
     tracing::info!(listen = %args.listen, database = %db::redact(&args.database), "campanile is serving");
     let _ = writeln!(
         std::io::stderr(),
@@ -204,16 +227,17 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         args.listen,
         db::redact(&args.database)
     );
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| CliError::runtime(format!("server failed: {e}")))?;
-    // In-flight requests are done; stop planning and sweeping and hand the shards over.
+        .await;
+    // In-flight requests are done (or the server failed); stop planning and sweeping and hand
+    // the shards over.
     engine.shutdown().await;
     if let Some((stop, task)) = relay {
         let _ = stop.send(true);
         let _ = task.await;
     }
+    served.map_err(|e| CliError::runtime(format!("server failed: {e}")))?;
     tracing::info!("campanile stopped");
     Ok(())
 }

@@ -72,6 +72,10 @@ pub struct Planner {
     cfg: PlannerConfig,
     wake: Notify,
     held: std::sync::Mutex<Vec<ShardLease>>,
+    /// Until when this node's liveness mark is valid, by this process's clock: one lease from
+    /// the start of the last acquisition that succeeded (the mark it wrote lasts at least as
+    /// long).
+    live_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Planner {
@@ -82,6 +86,7 @@ impl Planner {
             cfg,
             wake: Notify::new(),
             held: std::sync::Mutex::new(Vec::new()),
+            live_until: std::sync::Mutex::new(None),
         }
     }
 
@@ -93,6 +98,16 @@ impl Planner {
     /// Asks the loop to plan now (e.g. after a schedule was created).
     pub fn notify(&self) {
         self.wake.notify_one();
+    }
+
+    /// Whether this node's liveness mark is still valid (it renewed it less than a lease
+    /// ago). A node hands out work only while it is: the others take the cluster for down
+    /// once every mark has lapsed.
+    pub fn is_live(&self) -> bool {
+        self.live_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| std::time::Instant::now() < t)
     }
 
     /// Shards held after the last tick.
@@ -115,6 +130,7 @@ impl Planner {
         };
         // The outage check runs with the pass's `now`, so that what it keeps of the instants
         // planned before an outage and what this pass plans late agree on what is late.
+        let mut renewed = std::time::Instant::now();
         let (leases, resumed) = self.acquire(Some(now)).await?;
         let mut report = TickReport {
             shards: leases.len(),
@@ -139,14 +155,17 @@ impl Planner {
         // take longer than 15 s): on the store's clock, renew them (and the node's liveness
         // mark) as the loop would between passes, so that the node neither loses its shards
         // nor looks down to a node starting meanwhile. The batches keep the pass's `now`.
-        let renew = Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).max(100) as u64);
-        let mut renewed = std::time::Instant::now();
+        // Counted from before the first acquisition: one that judged an outage's leftovers
+        // for long is followed by a renewal at once.
+        let renew =
+            Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).clamp(100, 60_000) as u64);
         for _ in 0..1_000_000 {
             if live && renewed.elapsed() >= renew {
                 let (held, _) = self.acquire(None).await?;
                 renewed = std::time::Instant::now();
-                // Plan on with what is still held, under its current epoch (a shard given up
-                // to a new node, or lost and taken back, is not read again in this pass).
+                // Plan on with what is still held, under its current epoch: a shard given up to
+                // a new node is not read again in this pass; one lost and taken back is, under
+                // its new epoch; one newly taken waits for the next pass.
                 rotation = rotation
                     .into_iter()
                     .filter_map(|l| held.iter().find(|h| h.shard == l.shard).copied())
@@ -205,6 +224,7 @@ impl Planner {
         &self,
         now: Option<Timestamp>,
     ) -> Result<(Vec<ShardLease>, Resumed), PlannerError> {
+        let started = std::time::Instant::now();
         let acquired = self
             .store
             .shard_acquire(ShardAcquire {
@@ -228,6 +248,9 @@ impl Planner {
         }
         metrics::gauge!("campanile_planner_shards_held").set(acquired.leases.len() as f64);
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = acquired.leases.clone();
+        let lease =
+            std::time::Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64);
+        *self.live_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(started + lease);
         Ok((acquired.leases, r))
     }
 

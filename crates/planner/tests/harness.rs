@@ -186,11 +186,20 @@ pub(crate) fn spec(timing: Timing) -> ScheduleSpec {
     }
 }
 
+/// A planner whose shard leases (and liveness mark) last a day, so that the time jumps of a
+/// test are not taken for outages of the whole control plane; see [`planner_leased`].
 pub(crate) fn planner(env: &Env, node: &str) -> Planner {
+    planner_leased(env, node, SignedDuration::from_hours(24))
+}
+
+/// A planner with leases of `lease`: for the tests about a lease running out (a failover, an
+/// outage).
+pub(crate) fn planner_leased(env: &Env, node: &str, lease: SignedDuration) -> Planner {
     let mut cfg = PlannerConfig::new(node);
     cfg.shards = 4;
     cfg.horizon = SignedDuration::from_mins(15);
     cfg.batch = 100;
+    cfg.shard_lease = lease;
     Planner::new(env.store.clone(), cfg)
 }
 

@@ -127,7 +127,8 @@ both!(misfire_policies_after_outages);
 /// are recorded `MISSED` but the policy's latest runs, whichever side they fall on.
 async fn preplanned_occurrences_follow_the_misfire_policy(env: Env) {
     let s = schedules(&env);
-    let p = planner(&env, "node-a");
+    // A 15 s mark: the outage after `start` is one.
+    let p = planner_leased(&env, "node-a", SignedDuration::from_secs(15));
     let lateness = SignedDuration::from_secs(90);
     let t0 = ts("2026-06-01T00:00:00Z");
     let policies = [

@@ -190,6 +190,19 @@ async fn a_long_pass_renews_its_leases_as_it_goes(env: Env) {
         took.as_millis() >= 500,
         "the pass must outlast a renewal: {took:?}"
     );
+    // A node starting right after the pass finds this one alive: no outage to judge.
+    let other = env
+        .store
+        .shard_acquire(ShardAcquire {
+            node: "node-b".into(),
+            total: 4,
+            lease: SignedDuration::from_millis(1_200),
+            judge: std::sync::Arc::new(campanile_planner::CalendarJudge::default()),
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(other.resumed, Resumed::default());
     for lease in p.shards_held() {
         assert!(
             lease.lease_until >= before + SignedDuration::from_millis(1_200 + 400),

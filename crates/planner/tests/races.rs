@@ -126,14 +126,14 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
         .unwrap()
         .record
         .id;
-    let a = planner(&env, "a");
+    let a = planner_leased(&env, "a", SignedDuration::from_secs(15));
     a.tick(Some(t0)).await.unwrap();
     let held = a.shards_held();
     assert_eq!(held.len(), 4, "a single node holds every shard");
     let shard = campanile_planner::shard_of(id, 4);
     let a_lease = held.iter().find(|l| l.shard == shard).copied().unwrap();
     // A stalls past its lease; B takes the shards over.
-    let b = planner(&env, "b");
+    let b = planner_leased(&env, "b", SignedDuration::from_secs(15));
     let later = plus(t0, 60);
     assert_eq!(b.tick(Some(later)).await.unwrap().shards, 4);
     // A comes back and commits with its old epoch: refused, nothing inserted.

@@ -94,6 +94,20 @@ impl ApiError {
         e
     }
 
+    /// 503 with `Retry-After: 1`: this node does not hand out work while its liveness mark
+    /// has lapsed.
+    pub fn node_not_live() -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "this node is not handing out work: its liveness mark lapsed (its planner could not \
+             renew it, e.g. the database was unreachable) and it resumes after its next \
+             planning pass; retry shortly",
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
     /// The status code.
     pub fn status(&self) -> StatusCode {
         self.status

@@ -168,6 +168,9 @@ async fn healthz() -> &'static str {
 /// Readiness: the database answers.
 #[utoipa::path(get, path = "/readyz", tag = "system", security(), responses((status = 200, description = "ready"), (status = 503, body = ErrorBody)))]
 async fn readyz(State(state): State<AppState>) -> Response {
+    if state.planner.as_ref().is_some_and(|p| !p.is_live()) {
+        return ApiError::node_not_live().into_response();
+    }
     match state.store.store_ping().await {
         Ok(()) => "ready".into_response(),
         Err(e) => {

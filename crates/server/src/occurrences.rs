@@ -235,6 +235,12 @@ pub(crate) async fn claim(
         return Err(ApiError::invalid("max must be between 1 and 1000"));
     }
     let lease = lease_of(b.lease_seconds)?;
+    // A node hands out work only while the others can see it alive: otherwise a node starting
+    // now would take the cluster for down and judge this work by the misfire policy, and after
+    // a database outage the outage check (made by the next planning pass) must come first.
+    if state.planner.as_ref().is_some_and(|p| !p.is_live()) {
+        return Err(ApiError::node_not_live());
+    }
     let got = state
         .store
         .occurrence_claim(OccurrenceClaim {

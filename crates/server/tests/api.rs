@@ -1583,3 +1583,71 @@ async fn nats_targets_are_validated_routed_and_never_claimable_by_workers() {
     assert_eq!(items[0]["state"], "READY");
     assert_eq!(app.store.backlog(None).await.unwrap().outbox_pending, 1);
 }
+
+/// A node hands out work only while its liveness mark is valid (its planner renewed it less
+/// than a lease ago): before its first pass, and once the mark lapsed (the database was
+/// unreachable, the planner stalled), claims and readiness answer 503 with `Retry-After`; the
+/// next pass (which checks for an outage first) makes it live again.
+#[tokio::test]
+async fn a_node_whose_liveness_mark_lapsed_hands_out_no_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("live.db")).unwrap());
+    let t = store
+        .tenant_create(TenantCreate {
+            name: "a".into(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let key = issue_key(store.as_ref(), Some(t.id), false).await.unwrap();
+    let mut pcfg = PlannerConfig::new("live-test");
+    pcfg.shards = ServerConfig::default().shards;
+    pcfg.shard_lease = jiff::SignedDuration::from_millis(400);
+    let planner = Arc::new(Planner::new(store.clone(), pcfg));
+    let cfg = ServerConfig::default();
+    let app = App {
+        router: router(
+            AppState::new(store.clone(), &cfg, Some(planner.clone())),
+            &cfg,
+        ),
+        store,
+        a: key.clone(),
+        b: key.clone(),
+        _dir: dir,
+    };
+    let claim = || async {
+        let req = Request::builder()
+            .method("POST")
+            .uri("/v1/queues/q/claim")
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Body::from(json!({"worker_id": "w", "max": 1}).to_string()))
+            .unwrap();
+        app.raw(req).await
+    };
+    let ready = || async {
+        let req = Request::builder()
+            .uri("/readyz")
+            .body(Body::empty())
+            .unwrap();
+        app.raw(req).await.0
+    };
+    let (s, v, h) = claim().await;
+    assert_eq!(
+        s,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "before the first pass: {v}"
+    );
+    assert_eq!(code(&v), "unavailable");
+    assert_eq!(h.get("retry-after").unwrap(), "1");
+    assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
+    planner.tick(None).await.unwrap();
+    assert_eq!(claim().await.0, StatusCode::OK);
+    assert_eq!(ready().await, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (s, v, _) = claim().await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "the mark lapsed: {v}");
+    assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
+    planner.tick(None).await.unwrap();
+    assert_eq!(claim().await.0, StatusCode::OK);
+}

@@ -548,9 +548,10 @@ pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<ShardAcq
     let now = resolve_now(&tx, p.now).await?;
     // Nodes take turns: of nodes coming back together, the second sees the first's mark.
     execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&SHARD_LOCK]).await?;
+    let checking = std::time::Instant::now();
     let resumed = outage_check(&tx, &p, now).await?;
     let total = i64::from(p.total.max(1));
-    let until = now.saturating_add(p.lease.as_millis() as i64);
+    let until = resumed.lease_end(now, p.lease, checking);
     execute(
         &tx,
         "INSERT INTO shard_leases (shard, epoch) SELECT g, 0 FROM generate_series(0, $1::int4 - 1) g ON CONFLICT DO NOTHING",
@@ -623,7 +624,9 @@ pub(crate) async fn shard_release(c: &Client, p: ShardRelease) -> R<u64> {
     let now = resolve_now(c, p.now).await?;
     execute(
         c,
-        "UPDATE planner_nodes SET alive_until = $2, seen_at = $2 WHERE node = $1",
+        // Only a valid mark is moved: a node whose mark lapsed (it was cut off) must not hide,
+        // by stopping, an outage the next node to start should judge.
+        "UPDATE planner_nodes SET alive_until = $2, seen_at = $2 WHERE node = $1 AND alive_until > $2",
         &[&p.node, &now],
     )
     .await?;
@@ -728,13 +731,13 @@ pub(crate) async fn schedule_position(
 /// The outage check of [`Store::shard_acquire`], under its lock and before the node writes
 /// its own mark: if no mark is valid, judge what came due since a node was last seen.
 async fn outage_check<C: GenericClient>(tx: &C, p: &ShardAcquire, now: i64) -> R<Resumed> {
-    let lease = p.lease.as_millis() as i64;
-    // `seen_at` is when a mark was written (a renewal, or a graceful stop); marks from before
-    // it existed (migration 8) were written one lease before they end.
+    // `seen_at` is when a mark was written (a renewal, or a graceful stop). A mark from before
+    // it existed (migration 8) counts as seen until it ends: it may be a graceful stop's, and
+    // taking it for a crash's would judge the backlog left before the stop.
     let row = query(
         tx,
-        "SELECT max(alive_until), max(COALESCE(seen_at, alive_until - $1)) FROM planner_nodes",
-        &[&lease],
+        "SELECT max(alive_until), max(COALESCE(seen_at, alive_until)) FROM planner_nodes",
+        &[],
     )
     .await?;
     let (last_alive, last_seen): (Option<i64>, Option<i64>) =

@@ -229,10 +229,10 @@ impl campanile_store::PrePlannedJudge for MissAll {
     }
 }
 
-/// A liveness mark written before `seen_at` existed counts as written one lease before it
-/// ends: the outage it leaves is judged from there.
+/// A liveness mark written before `seen_at` existed counts as seen until it ends (an old
+/// node's graceful stop wrote `alive_until = now`): the backlog before it is not judged.
 #[tokio::test]
-async fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
+async fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
     let Some((url, schema, c)) = old_database("reports", 8).await else {
         return;
     };
@@ -241,9 +241,9 @@ async fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
          INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
              queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
          VALUES ('00000000-0000-8000-8000-000000000001', 1, '00000000-0000-7000-8000-000000000001',
-             1, 4000, 4000, 'reports', 0, 'READY', 3, 1000, 60000, 0),
+             1, 19000, 19000, 'reports', 0, 'READY', 3, 1000, 60000, 0),
                 ('00000000-0000-8000-8000-000000000002', 1, '00000000-0000-7000-8000-000000000001',
-             1, 6000, 6000, 'reports', 0, 'READY', 3, 1000, 60000, 0)",
+             1, 21000, 21000, 'reports', 0, 'READY', 3, 1000, 60000, 0)",
     )
     .await
     .expect("old mark and occurrences");
@@ -271,10 +271,10 @@ async fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
     assert_eq!(
         resumed,
         campanile_store::Resumed {
-            down_since: Some(jiff::Timestamp::from_second(5).expect("instant")),
+            down_since: Some(jiff::Timestamp::from_second(20).expect("instant")),
             examined: 1,
             missed: 1,
         },
-        "only the occurrence claimable after 20 s - 15 s is judged"
+        "a mark without seen_at was seen until it ends (it may be a graceful stop's): only what became claimable after 20 s is judged"
     );
 }

@@ -494,9 +494,10 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
 }
 
 pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<ShardAcquired> {
+    let checking = std::time::Instant::now();
     let resumed = outage_check(c, p, now)?;
     let total = p.total.max(1) as i64;
-    let until = now.saturating_add(p.lease.as_millis() as i64);
+    let until = resumed.lease_end(now, p.lease, checking);
     {
         let mut ins = c
             .prepare_cached("INSERT OR IGNORE INTO shard_leases (shard, epoch) VALUES (?1, 0)")
@@ -557,7 +558,9 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Sha
 }
 
 pub(crate) fn shard_release(c: &Connection, p: &ShardRelease, now: i64) -> R<u64> {
-    c.prepare_cached("UPDATE planner_nodes SET alive_until = ?2, seen_at = ?2 WHERE node = ?1")
+    // Only a valid mark is moved: a node whose mark lapsed (it was cut off) must not hide,
+    // by stopping, an outage the next node to start should judge.
+    c.prepare_cached("UPDATE planner_nodes SET alive_until = ?2, seen_at = ?2 WHERE node = ?1 AND alive_until > ?2")
         .and_then(|mut s| s.execute(params![p.node, now]))
         .map_err(db_err)?;
     c.prepare_cached("UPDATE shard_leases SET owner = NULL, lease_until = ?2 WHERE owner = ?1")
@@ -652,14 +655,14 @@ pub(crate) fn schedule_position(
 /// The outage check of [`Store::shard_acquire`], before the node writes its own mark: if no
 /// mark is valid, judge what came due since a node was last seen.
 fn outage_check(c: &Connection, p: &ShardAcquire, now: i64) -> R<Resumed> {
-    let lease = p.lease.as_millis() as i64;
-    // `seen_at` is when a mark was written (a renewal, or a graceful stop); marks from before
-    // it existed (migration 7) were written one lease before they end.
+    // `seen_at` is when a mark was written (a renewal, or a graceful stop). A mark from before
+    // it existed (migration 7) counts as seen until it ends: it may be a graceful stop's, and
+    // taking it for a crash's would judge the backlog left before the stop.
     let (last_alive, last_seen): (Option<i64>, Option<i64>) = c
         .prepare_cached(
-            "SELECT MAX(alive_until), MAX(COALESCE(seen_at, alive_until - ?1)) FROM planner_nodes",
+            "SELECT MAX(alive_until), MAX(COALESCE(seen_at, alive_until)) FROM planner_nodes",
         )
-        .and_then(|mut s| s.query_row(params![lease], |r| Ok((r.get(0)?, r.get(1)?))))
+        .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
         .map_err(db_err)?;
     // Alive means `alive_until > now`, as for the fair share below.
     let (Some(until), Some(since)) = (last_alive, last_seen) else {

@@ -216,10 +216,10 @@ impl campanile_store::PrePlannedJudge for MissAll {
     }
 }
 
-/// A liveness mark written before `seen_at` existed counts as written one lease before it
-/// ends: the outage it leaves is judged from there.
+/// A liveness mark written before `seen_at` existed counts as seen until it ends (an old
+/// node's graceful stop wrote `alive_until = now`): the backlog before it is not judged.
 #[test]
-fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
+fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
     const SEEN_AT: i64 = 7;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.db");
@@ -233,9 +233,9 @@ fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
          INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for,
              available_at, queue, priority, state, max_attempts, backoff_initial_ms,
              backoff_max_ms, created_at)
-         VALUES (randomblob(16), 1, X'00000000000070008000000000000001', 1, 4000, 4000,
+         VALUES (randomblob(16), 1, X'00000000000070008000000000000001', 1, 19000, 19000,
                  'billing', 0, 'READY', 3, 1000, 60000, 0),
-                (randomblob(16), 1, X'00000000000070008000000000000001', 1, 6000, 6000,
+                (randomblob(16), 1, X'00000000000070008000000000000001', 1, 21000, 21000,
                  'billing', 0, 'READY', 3, 1000, 60000, 0);",
     )
     .expect("old mark and occurrences");
@@ -261,10 +261,10 @@ fn upgrade_reads_old_liveness_marks_as_written_a_lease_before_they_end() {
     assert_eq!(
         acquired.resumed,
         campanile_store::Resumed {
-            down_since: Some(jiff::Timestamp::from_second(5).expect("instant")),
+            down_since: Some(jiff::Timestamp::from_second(20).expect("instant")),
             examined: 1,
             missed: 1,
         },
-        "only the occurrence claimable after 20 s - 15 s is judged"
+        "a mark without seen_at was seen until it ends (it may be a graceful stop's): only what became claimable after 20 s is judged"
     );
 }

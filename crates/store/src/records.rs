@@ -574,6 +574,23 @@ pub struct Resumed {
     pub missed: u64,
 }
 
+impl Resumed {
+    /// The end (epoch milliseconds) of the leases and liveness mark an acquisition at `now`
+    /// writes after this check, which started at `checking`: one lease from `now`, plus the
+    /// time the check spent judging an outage's leftovers (seconds, at the top of the hour),
+    /// so that what is written lasts a whole lease from when it is written.
+    #[must_use]
+    pub fn lease_end(&self, now: i64, lease: SignedDuration, checking: std::time::Instant) -> i64 {
+        let judging = if self.examined > 0 {
+            i64::try_from(checking.elapsed().as_millis()).unwrap_or(i64::MAX)
+        } else {
+            0
+        };
+        now.saturating_add(lease.as_millis() as i64)
+            .saturating_add(judging)
+    }
+}
+
 /// What a [`crate::Store::plan_commit`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PlanReport {

@@ -146,7 +146,10 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     // The real planner (and sweep), and the real API on a loopback port.
     let mut pcfg = PlannerConfig::new("peak-node");
     pcfg.shards = shards;
-    let engine = Engine::start(Arc::clone(&store), pcfg, SweepConfig::default());
+    // As `serve` does: the first pass before the API answers (claims wait for it).
+    let engine = Engine::start_after_first_pass(Arc::clone(&store), pcfg, SweepConfig::default())
+        .await
+        .map_err(|e| CliError::runtime(format!("first planning pass: {e}")))?;
     let cfg = ServerConfig {
         shards,
         ..ServerConfig::default()

@@ -220,5 +220,21 @@ pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harn
             state_at(s, &f, rows[2], back).await,
             OccurrenceState::Missed
         );
+        // A node whose mark lapsed (cut off from the database) and then stops must not hide
+        // the outage: its stop does not move its mark.
+        let row = insert(s, &f, vec![occ(9_600, 9_600)]).await;
+        s.shard_release(ShardRelease {
+            node: "z".into(),
+            now: Some(secs(10_000)),
+        })
+        .await
+        .unwrap();
+        let r = resume(s, "w", &judge, secs(10_200)).await;
+        assert_eq!(r.down_since, Some(secs(9_500)), "{r:?}");
+        assert_eq!(r.missed, 1);
+        assert_eq!(
+            state_at(s, &f, row[0], secs(10_200)).await,
+            OccurrenceState::Missed
+        );
     });
 }
