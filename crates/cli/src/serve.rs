@@ -202,11 +202,15 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         _ = shutdown_signal() => return Ok(()),
     };
     let relay = nats.map(|(url, client)| {
+        let planner = engine.planner().clone();
         let relay = campanile_relay::Relay::new(
             Arc::clone(&store),
             client,
             campanile_relay::RelayConfig::new(node.clone()),
-        );
+        )
+        .with_liveness(campanile_relay::Liveness(Arc::new(move || {
+            planner.is_live()
+        })));
         tracing::info!(nats = %url, "relaying external targets to NATS JetStream");
         campanile_relay::spawn(relay)
     });

@@ -91,8 +91,9 @@ pub struct RelayReport {
     pub duplicates: u64,
     /// Publishes that failed (recorded as failed attempts).
     pub failed: u64,
-    /// Nothing was claimed because the connection to NATS is down: an outage of the broker
-    /// must not burn the occurrences' attempts, so they wait in the outbox instead.
+    /// Nothing was claimed because the connection to NATS is down (an outage of the broker
+    /// must not burn the occurrences' attempts, so they wait in the outbox instead), or the
+    /// node's liveness mark has lapsed ([`Relay::with_liveness`]).
     pub paused: bool,
     /// Completions refused because the lease had passed (another relay took over).
     pub stale: u64,
@@ -123,6 +124,16 @@ pub async fn connect(url: &str) -> Result<async_nats::Client, RelayError> {
         })
 }
 
+/// Whether the node the relay runs in may hand out work now (see [`Relay::with_liveness`]).
+#[derive(Clone)]
+pub struct Liveness(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Liveness")
+    }
+}
+
 /// Delivers due outbox rows to NATS JetStream.
 #[derive(Debug, Clone)]
 pub struct Relay {
@@ -130,6 +141,7 @@ pub struct Relay {
     client: async_nats::Client,
     js: jetstream::Context,
     cfg: RelayConfig,
+    live: Option<Liveness>,
 }
 
 impl Relay {
@@ -141,7 +153,16 @@ impl Relay {
             js: jetstream::new(client.clone()),
             client,
             cfg,
+            live: None,
         }
+    }
+
+    /// Claims only while `live` says so (a node's liveness mark is valid), as the node's API
+    /// does: otherwise [`Relay::step`] pauses, and due deliveries wait in the outbox.
+    #[must_use]
+    pub fn with_liveness(mut self, live: Liveness) -> Relay {
+        self.live = Some(live);
+        self
     }
 
     /// Claims one batch of due outbox rows at `now` (`None`: the store's clock), publishes
@@ -152,7 +173,9 @@ impl Relay {
     /// A store failure. Publish failures are not errors: they are recorded on the
     /// occurrences as failed attempts.
     pub async fn step(&self, now: Option<Timestamp>) -> Result<RelayReport, RelayError> {
-        if self.client.connection_state() != async_nats::connection::State::Connected {
+        if self.client.connection_state() != async_nats::connection::State::Connected
+            || self.live.as_ref().is_some_and(|l| !(l.0)())
+        {
             return Ok(RelayReport {
                 paused: true,
                 ..RelayReport::default()
@@ -322,7 +345,10 @@ impl Relay {
             let paused = matches!(step, Ok(RelayReport { paused: true, .. }));
             if paused != was_paused {
                 if paused {
-                    tracing::warn!("relay paused: not connected to NATS; due deliveries wait");
+                    tracing::warn!(
+                        "relay paused: not connected to NATS, or this node's liveness mark \
+                         lapsed; due deliveries wait"
+                    );
                 } else {
                     tracing::info!("relay resumed: connected to NATS");
                 }

@@ -532,7 +532,35 @@ macro_rules! both {
     };
 }
 
+/// A relay in a node whose liveness mark lapsed claims nothing (as the node's API hands out
+/// no work): due deliveries wait, no attempt is spent, and they go once it is live again.
+async fn a_relay_claims_nothing_while_its_node_is_not_live(backend: &str) {
+    let Some(env) = Env::new(backend).await else {
+        return;
+    };
+    let s = env.store.as_ref();
+    let route = format!("$nats:{}.live", env.prefix);
+    let (tenant, ids) = seed(s, "acme", &route, 1, &[10]).await;
+    let live = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = live.clone();
+    let relay = env
+        .relay("relay-1")
+        .with_liveness(campanile_relay::Liveness(std::sync::Arc::new(move || {
+            flag.load(std::sync::atomic::Ordering::SeqCst)
+        })));
+    let r = relay.step(Some(at(10))).await.unwrap();
+    assert!(r.paused && r.claimed == 0, "{r:?}");
+    let d = detail(s, tenant, ids[0], at(10)).await;
+    assert_eq!(d.occurrence.state, OccurrenceState::Ready);
+    assert!(d.attempts.is_empty());
+    live.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = relay.step(Some(at(11))).await.unwrap();
+    assert_eq!((r.claimed, r.published), (1, 1), "{r:?}");
+    env.cleanup().await;
+}
+
 both!(delivers_due_occurrences_with_their_id_as_msg_id);
+both!(a_relay_claims_nothing_while_its_node_is_not_live);
 both!(a_relay_that_died_after_publishing_is_deduplicated);
 both!(a_subject_without_a_stream_backs_off_then_dead_letters);
 both!(a_nats_outage_pauses_the_relay_without_burning_attempts);
