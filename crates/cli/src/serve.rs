@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use campanile_planner::{Engine, PlannerConfig, SweepConfig};
 use campanile_server::{AppState, ServerConfig, issue_key, router};
-use campanile_store::{Store, TenantCreate};
+use campanile_store::{ShardRelease, Store, TenantCreate};
 use clap::Args;
 
 use crate::{CliError, db};
@@ -159,6 +159,16 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     }
     first_run(store.as_ref(), &args.database).await?;
     let node = format!("node-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    // One shutdown signal for the whole start-up and the serving that follows (a signal is
+    // not lost between the two).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
     // What can refuse the start (NATS, the listening address) is settled before the node
     // marks itself alive and judges anything.
     let nats = match &args.nats_url {
@@ -199,7 +209,13 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     };
     let engine = tokio::select! {
         engine = first_pass => engine,
-        _ = shutdown_signal() => return Ok(()),
+        _ = stopped(stop_rx.clone()) => {
+            // Stopped during the first pass: give up what it may have taken, as a graceful
+            // stop does, so that another node need not wait out the lease.
+            let release = store.shard_release(ShardRelease { node, now: None });
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), release).await;
+            return Ok(());
+        }
     };
     let relay = nats.map(|(url, client)| {
         let planner = engine.planner().clone();
@@ -232,15 +248,15 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         db::redact(&args.database)
     );
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(stopped(stop_rx))
         .await;
-    // In-flight requests are done (or the server failed); stop planning and sweeping and hand
-    // the shards over.
-    engine.shutdown().await;
+    // In-flight requests are done (or the server failed); stop relaying, then planning and
+    // sweeping, and hand the shards over.
     if let Some((stop, task)) = relay {
         let _ = stop.send(true);
         let _ = task.await;
     }
+    engine.shutdown().await;
     served.map_err(|e| CliError::runtime(format!("server failed: {e}")))?;
     tracing::info!("campanile stopped");
     Ok(())

@@ -384,7 +384,10 @@ impl Planner {
                 break;
             }
             let sleep = match self.tick(None).await {
-                Ok(_) => self.until_next(renew).await,
+                // Never longer than until a third of the lease has passed since the last
+                // acquisition (a long pass may have renewed last well before it ended), so
+                // the node's mark, and with it `is_live`, never runs short in normal running.
+                Ok(_) => self.until_next(renew).await.min(self.until_renewal(renew)),
                 Err(e) => {
                     tracing::warn!(error = %e, "planning pass failed; retrying");
                     Duration::from_secs(1)
@@ -396,6 +399,8 @@ impl Planner {
                 _ = shutdown.changed() => {}
             }
         }
+        // Not live from here on: nothing is handed out under a mark given up.
+        *self.live_until.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let _ = self
             .store
             .shard_release(ShardRelease {
@@ -403,6 +408,17 @@ impl Planner {
                 now: None,
             })
             .await;
+    }
+
+    /// How long until `renew` has passed since the start of the last acquisition.
+    fn until_renewal(&self, renew: Duration) -> Duration {
+        let lease = Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64);
+        match *self.live_until.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(until) => until.checked_sub(lease).map_or(Duration::ZERO, |acquired| {
+                (acquired + renew).saturating_duration_since(std::time::Instant::now())
+            }),
+            None => Duration::ZERO,
+        }
     }
 
     async fn until_next(&self, cap: Duration) -> Duration {

@@ -109,3 +109,23 @@ async fn engine_plans_and_sweeps_in_real_time(env: Env) {
     assert_eq!(other.tick(None).await.unwrap().shards, 4);
 }
 crate::both!(engine_plans_and_sweeps_in_real_time);
+
+/// A running node stays live (it hands out work) through its own renewal cadence, from its
+/// first pass on, and is no longer live once it has stopped and given up its mark.
+async fn a_running_node_stays_live_through_its_renewals(env: Env) {
+    let mut cfg = PlannerConfig::new("live");
+    cfg.shards = 4;
+    cfg.shard_lease = SignedDuration::from_millis(900);
+    let engine = Engine::start_after_first_pass(env.store.clone(), cfg, SweepConfig::default())
+        .await
+        .unwrap();
+    let planner = engine.planner().clone();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        assert!(planner.is_live(), "lapsed after {:?}", start.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.shutdown().await;
+    assert!(!planner.is_live(), "a stopped node hands out nothing");
+}
+crate::both!(a_running_node_stays_live_through_its_renewals);

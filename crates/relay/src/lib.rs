@@ -350,7 +350,7 @@ impl Relay {
                          lapsed; due deliveries wait"
                     );
                 } else {
-                    tracing::info!("relay resumed: connected to NATS");
+                    tracing::info!("relay resumed: connected to NATS and the node is live");
                 }
                 was_paused = paused;
             }

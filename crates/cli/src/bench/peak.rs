@@ -211,7 +211,16 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
                 if lags.lock().unwrap_or_else(|e| e.into_inner()).len() >= total {
                     return Ok::<(), campanile_sdk::SdkError>(());
                 }
-                let claimed = client.claim("peak", &worker, batch, 60).await?;
+                let claimed = match client.claim("peak", &worker, batch, 60).await {
+                    Ok(c) => c,
+                    // The node is not handing out work for a moment (its liveness mark
+                    // lapsed): as a worker would, wait and ask again.
+                    Err(campanile_sdk::SdkError::Api { status: 503, .. }) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 let got_at = Timestamp::now();
                 if claimed.is_empty() {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
