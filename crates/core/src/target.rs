@@ -84,8 +84,18 @@ pub fn is_reserved_queue(queue: &str) -> bool {
     queue.starts_with(RESERVED_PREFIX)
 }
 
-/// A queue name is printable: control characters (NUL, newline, …) and leading or trailing
-/// whitespace make a name a worker can only claim by percent-encoding what it cannot see.
+/// Invisible format characters: a name holding one looks like another name without it (the
+/// soft hyphen, zero-width spaces and joiners, bidirectional controls, the word joiner and
+/// invisible operators, the byte-order mark).
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}')
+}
+
+/// A queue name is printable: control characters (NUL, newline, …), invisible format
+/// characters and leading or trailing whitespace make a name a worker can only claim by
+/// percent-encoding what it cannot see.
 fn check_queue(queue: &str) -> Result<(), TargetError> {
     if queue.trim().is_empty() || queue.len() > 200 {
         return Err(TargetError("queue must be 1 to 200 characters".into()));
@@ -93,6 +103,12 @@ fn check_queue(queue: &str) -> Result<(), TargetError> {
     if queue.chars().any(char::is_control) {
         return Err(TargetError(format!(
             "queue {queue:?} contains control characters"
+        )));
+    }
+    if let Some(c) = queue.chars().find(|c| is_invisible(*c)) {
+        return Err(TargetError(format!(
+            "queue {queue:?} contains the invisible character U+{:04X}",
+            u32::from(c)
         )));
     }
     if queue.trim() != queue {
@@ -169,7 +185,17 @@ mod tests {
         let e = Target::from_queue("$nats:a b").err().map(|e| e.0);
         assert!(e.is_some_and(|m| m.contains("whitespace")));
         assert!(Target::from_queue("").is_err());
-        for bad in ["\u{0}", "q\n", " q", "q ", "a\tb"] {
+        for bad in [
+            "\u{0}",
+            "q\n",
+            " q",
+            "q ",
+            "a\tb",
+            "bill\u{200b}ing",
+            "\u{feff}q",
+            "q\u{202e}",
+            "so\u{ad}ft",
+        ] {
             let e = Target::from_queue(bad)
                 .err()
                 .map(|e| e.0)
@@ -179,6 +205,10 @@ mod tests {
         assert!(
             Target::from_queue("a/b c").is_ok(),
             "printable names stay valid"
+        );
+        assert!(
+            Target::from_queue("rapports-quotidiens-été").is_ok(),
+            "non-ASCII letters stay valid"
         );
         assert!(Target::from_queue(&"x".repeat(201)).is_err());
         assert!(Target::from_queue(&format!("$nats:{}", "x".repeat(191))).is_err());
