@@ -157,8 +157,7 @@ impl Planner {
         // nor looks down to a node starting meanwhile. The batches keep the pass's `now`.
         // Counted from before the first acquisition: one that judged an outage's leftovers
         // for long is followed by a renewal at once.
-        let renew =
-            Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).clamp(100, 60_000) as u64);
+        let renew = self.renew_interval();
         for _ in 0..1_000_000 {
             if live && renewed.elapsed() >= renew {
                 let (held, _) = self.acquire(None).await?;
@@ -248,8 +247,7 @@ impl Planner {
         }
         metrics::gauge!("campanile_planner_shards_held").set(acquired.leases.len() as f64);
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = acquired.leases.clone();
-        let lease =
-            std::time::Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64);
+        let lease = self.lease();
         *self.live_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(started + lease);
         Ok((acquired.leases, r))
     }
@@ -377,8 +375,7 @@ impl Planner {
     /// the horizon, the shard leases need renewing, or [`Planner::notify`] is called. On
     /// shutdown, releases the shards so another node takes them at once.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let renew =
-            Duration::from_millis((self.cfg.shard_lease.as_millis() / 3).clamp(100, 60_000) as u64);
+        let renew = self.renew_interval();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -410,9 +407,19 @@ impl Planner {
             .await;
     }
 
+    /// The shard lease (and liveness mark) length.
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64)
+    }
+
+    /// How often the leases are renewed: a third of their length, within 0.1 to 60 s.
+    fn renew_interval(&self) -> Duration {
+        (self.lease() / 3).clamp(Duration::from_millis(100), Duration::from_secs(60))
+    }
+
     /// How long until `renew` has passed since the start of the last acquisition.
     fn until_renewal(&self, renew: Duration) -> Duration {
-        let lease = Duration::from_millis(self.cfg.shard_lease.as_millis().max(0) as u64);
+        let lease = self.lease();
         match *self.live_until.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(until) => until.checked_sub(lease).map_or(Duration::ZERO, |acquired| {
                 (acquired + renew).saturating_duration_since(std::time::Instant::now())

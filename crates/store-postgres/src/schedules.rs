@@ -742,13 +742,9 @@ async fn outage_check<C: GenericClient>(tx: &C, p: &ShardAcquire, now: i64) -> R
     .await?;
     let (last_alive, last_seen): (Option<i64>, Option<i64>) =
         row.first().map_or((None, None), |r| (r.get(0), r.get(1)));
-    // Alive means `alive_until > now`, as for the fair share in `shard_acquire`.
-    let (Some(until), Some(since)) = (last_alive, last_seen) else {
+    let Some(since) = fence::down_since(last_alive, last_seen, now) else {
         return Ok(Resumed::default());
     };
-    if until > now {
-        return Ok(Resumed::default());
-    }
     let mut out = Resumed {
         down_since: Some(ts(since)?),
         ..Resumed::default()

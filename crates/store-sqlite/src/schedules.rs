@@ -664,13 +664,9 @@ fn outage_check(c: &Connection, p: &ShardAcquire, now: i64) -> R<Resumed> {
         )
         .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
         .map_err(db_err)?;
-    // Alive means `alive_until > now`, as for the fair share below.
-    let (Some(until), Some(since)) = (last_alive, last_seen) else {
+    let Some(since) = fence::down_since(last_alive, last_seen, now) else {
         return Ok(Resumed::default());
     };
-    if until > now {
-        return Ok(Resumed::default());
-    }
     let mut out = Resumed {
         down_since: Some(ts(since)?),
         ..Resumed::default()

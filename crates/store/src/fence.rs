@@ -276,6 +276,18 @@ pub fn relay_step(v: &FenceView, now: i64) -> RelayStep {
     }
 }
 
+/// Whether the control plane was down until `now`, from the latest liveness mark's end
+/// (`last_alive`) and the latest instant a node was seen (`last_seen`), both `None` before any
+/// node ever started: `Some(last seen)` when no mark is valid (alive means `alive_until >
+/// now`, as for the planners' fair share).
+#[must_use]
+pub fn down_since(last_alive: Option<i64>, last_seen: Option<i64>, now: i64) -> Option<i64> {
+    match (last_alive, last_seen) {
+        (Some(until), Some(since)) if until <= now => Some(since),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod relay_tests {
     use super::*;
