@@ -150,6 +150,19 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %m, "database unavailable");
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later")
             }
+            // The database's view of the cluster: no node's mark is valid (an outage not yet
+            // judged by a node's start). As this node's own gate answers.
+            StoreError::NoLiveNode => {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "no node of this deployment is live (every planner's liveness mark has \
+                     lapsed); work is handed out again once a node has started and judged what \
+                     came due meanwhile against its misfire policy; retry shortly",
+                );
+                e.retry_after = Some(1);
+                e
+            }
             StoreError::NotFound(what) => ApiError::not_found(what),
             StoreError::VersionConflict { current } => ApiError::new(
                 StatusCode::CONFLICT,

@@ -250,8 +250,12 @@ pub(crate) async fn claim_rest(
         now,
         unlimited,
         constrained_due,
+        live,
         claimed: mut out,
     } = first;
+    if !live {
+        return Err(StoreError::NoLiveNode);
+    }
     let lease = p.lease.map(dur_ms);
     if !unlimited {
         let mut c = pool.get().await.map_err(pool_err)?;
@@ -433,7 +437,9 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
 /// own count, as owner with its own lease. One row always comes back: the claimed occurrences
 /// (columns 0–7, all NULL when none) with the instant (8), the no-limit flag (9), whether
 /// overlap-constrained work of the queue is due (10: pending, by the index
-/// `occurrences_pending_constrained`, or under an expired lease), and the claimer (11, from 1).
+/// `occurrences_pending_constrained`, or under an expired lease), the claimer (11, from 1), the
+/// lease end (12) and whether work is handed out at all (13: some node's liveness mark is
+/// valid, [`fence::hands_out_work`]; else nothing is picked).
 /// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` the claimers' total count, `$5` their
 /// owners, `$6` their leases in ms, `$7` for each slot of the total, in claim order, its
 /// claimer's number (slot `rn` is the `rn`-th occurrence picked). Subscripts keep the dealing
@@ -442,25 +448,33 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
 /// subscripts are direct.
 static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let pick = format!(
-        "clk AS (
-             SELECT COALESCE($3::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8) AS now,
+        "clk0 AS (
+             SELECT COALESCE($3::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8) AS now),
+         clk AS (
+             SELECT now, {live} AS live,
                     NOT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND max_running IS NOT NULL)
                     AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE tenant_id = $1 AND queue = $2
-                                       AND max_running IS NOT NULL) AS unlimited),
+                                       AND max_running IS NOT NULL) AS unlimited
+               FROM clk0),
          cst AS (
-             SELECT EXISTS (SELECT 1 FROM occurrences
+             SELECT (SELECT live FROM clk) AND (EXISTS (SELECT 1 FROM occurrences
                              WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT')
                                AND overlap <> 0 AND available_at <= (SELECT now FROM clk))
                     OR EXISTS (SELECT 1 FROM occurrences
                                 WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING'
                                   AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
-                                  AND attempts < max_attempts) AS due),
-         {},
+                                  AND attempts < max_attempts)) AS due),
+         {pick},
          pick AS (
              SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord,
                     ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms
                FROM (SELECT cand.*, ($7::int8[])[rn] AS ord FROM cand) c)",
-        worker_pick("(SELECT now FROM clk)", "(SELECT unlimited FROM clk)", "cand")
+        live = fence::hands_out_work_sql("now"),
+        pick = worker_pick(
+            "(SELECT now FROM clk)",
+            "(SELECT unlimited AND live FROM clk)",
+            "cand"
+        )
     );
     claim_sql(
         &pick,
@@ -469,7 +483,7 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         "((SELECT now FROM clk) + COALESCE(pick.lease_ms, o.lease_ms))",
         "pick.ord",
         "SELECT c.id, c.schedule_id, c.version, c.scheduled_for, c.available_at, c.epoch, c.attempts,
-                c.payload, clk.now, clk.unlimited, cst.due, c.tag, c.lease_until
+                c.payload, clk.now, clk.unlimited, cst.due, c.tag, c.lease_until, clk.live
            FROM clk CROSS JOIN cst LEFT JOIN claimed c ON true
           ORDER BY c.available_at, c.seq",
     )
@@ -480,7 +494,7 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// lease length in ms (NULL: each occurrence's own).
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
-        &worker_pick("$3", "true", "pick"),
+        &worker_pick("$3", &fence::hands_out_work_sql("$3"), "pick"),
         "$5",
         "$3",
         "$3 + COALESCE($6::int8, o.lease_ms)",
@@ -514,6 +528,8 @@ pub(crate) struct WorkerClaim {
     unlimited: bool,
     /// Overlap-constrained work of the queue was due.
     constrained_due: bool,
+    /// Some node's liveness mark was valid (else nothing was claimed).
+    live: bool,
     claimed: Vec<Claimed>,
 }
 
@@ -551,12 +567,14 @@ async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClai
     let now: i64 = first.try_get(8).map_err(pg_err)?;
     let unlimited: bool = first.try_get(9).map_err(pg_err)?;
     let constrained_due: bool = first.try_get(10).map_err(pg_err)?;
+    let live: bool = first.try_get(13).map_err(pg_err)?;
     let mut out: Vec<WorkerClaim> = reqs
         .iter()
         .map(|_| WorkerClaim {
             now,
             unlimited,
             constrained_due,
+            live,
             claimed: Vec::new(),
         })
         .collect();
@@ -631,18 +649,20 @@ async fn claim_constrained<C: GenericClient>(
     lease: Option<i64>,
     room: usize,
 ) -> R<(Vec<Claimed>, u64)> {
+    static CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT seq, schedule_id, overlap, state FROM occurrences
+              WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
+                AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
+                     OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
+                AND {}
+              ORDER BY priority DESC, available_at, seq LIMIT $4
+              FOR UPDATE SKIP LOCKED",
+            fence::hands_out_work_sql("$3")
+        )
+    });
     let limit = (room + 64) as i64;
-    let candidates = query(
-        tx,
-        "SELECT seq, schedule_id, overlap, state FROM occurrences
-          WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
-            AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
-                 OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
-          ORDER BY priority DESC, available_at, seq LIMIT $4
-          FOR UPDATE SKIP LOCKED",
-        &[&p.tenant.0, &p.queue, &now, &limit],
-    )
-    .await?;
+    let candidates = query(tx, &CANDIDATES, &[&p.tenant.0, &p.queue, &now, &limit]).await?;
     let mut out = Vec::new();
     let mut skipped = 0u64;
     let mut waiting = std::collections::HashSet::new();
@@ -698,19 +718,21 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     let tx = c.transaction().await.map_err(pg_err)?;
     // Both rows locked, skipping what another relay holds: the decision below is atomic with
     // the occurrence's state (a cancel, the recovery sweep) across nodes.
-    let due = query(
-        &tx,
-        // The occurrence's columns first, in FENCE_COLS order, for `fence_view`.
-        "SELECT occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
-                occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
-                o.seq, o.tenant_id, o.target
-           FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
-          WHERE o.settled_at IS NULL AND o.available_at <= $1
-          ORDER BY o.available_at LIMIT $2
-          FOR UPDATE OF o, occ SKIP LOCKED",
-        &[&now, &scan],
-    )
-    .await?;
+    // The occurrence's columns first, in FENCE_COLS order, for `fence_view`. Nothing while no
+    // node is live: the relay is a node's own and waits, as its node's claims do.
+    static DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
+                    occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
+                    o.seq, o.tenant_id, o.target
+               FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
+              WHERE o.settled_at IS NULL AND o.available_at <= $1 AND {}
+              ORDER BY o.available_at LIMIT $2
+              FOR UPDATE OF o, occ SKIP LOCKED",
+            fence::hands_out_work_sql("$1")
+        )
+    });
+    let due = query(&tx, &DUE, &[&now, &scan]).await?;
     let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
     let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
     let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());

@@ -204,6 +204,9 @@ fn outbox_insert(
 type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32, i64);
 
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
+    if !hands_out_work(c, now)? {
+        return Err(StoreError::NoLiveNode);
+    }
     let allowed = crate::admin::claim_allowance(c, p.tenant, &p.queue, p.max)?;
     if allowed == 0 {
         return Ok(Vec::new());
@@ -599,7 +602,21 @@ pub(crate) fn backlog(c: &Connection, now: i64) -> R<Backlog> {
 /// One due outbox row with its occurrence: `(outbox seq, tenant, target, fence view, row)`.
 type RelayRow = (i64, i64, String, FenceView, ClaimRow);
 
+/// [`fence::hands_out_work`] for this database at `now` (in the writer: atomic with the claim
+/// that follows, and ordered after any node's acquisition and its outage check).
+fn hands_out_work(c: &Connection, now: i64) -> R<bool> {
+    let last_alive: Option<i64> = c
+        .prepare_cached("SELECT MAX(alive_until) FROM planner_nodes")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(db_err)?;
+    Ok(fence::hands_out_work(last_alive, now))
+}
+
 pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Relayed>> {
+    if !hands_out_work(c, now)? {
+        // The relay is the node's own: it waits, as its node's claims do.
+        return Ok(Vec::new());
+    }
     let lease = dur_ms(p.lease);
     // Read a little more than `max`: rows to settle or postpone are handled on the way.
     let scan = i64::from(p.max).saturating_mul(2).max(16);

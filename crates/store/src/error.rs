@@ -103,6 +103,14 @@ pub enum StoreError {
     /// A tenant quota would be exceeded.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// No planner node's liveness mark is valid: the control plane is down (or was, and no
+    /// node has started since), so no work is handed out until a node's start has judged what
+    /// came due meanwhile ([`crate::fence::hands_out_work`]). Retryable.
+    #[error(
+        "no node is live: every planner node's liveness mark has lapsed; what came due meanwhile \
+         is judged against its misfire policy when a node starts, and work is handed out again then"
+    )]
+    NoLiveNode,
     /// A fenced batch was refused: the caller's shard lease is no longer current.
     #[error("fenced: {0}")]
     Fenced(String),

@@ -288,6 +288,24 @@ pub fn down_since(last_alive: Option<i64>, last_seen: Option<i64>, now: i64) -> 
     }
 }
 
+/// Whether the store may hand out work (worker and relay claims) at `now`, from the latest
+/// liveness mark's end (`last_alive`, `None` before any node ever started): not while no mark
+/// is valid. Then the control plane is down (as [`down_since`] says), and what came due
+/// meanwhile waits for the next node's acquisition, which judges it against its misfire policy
+/// before that node's mark makes claims possible again. Checked inside each claim, so a claim
+/// that waited out an outage (a stalled database, a pool wait) cannot take such work first.
+#[must_use]
+pub fn hands_out_work(last_alive: Option<i64>, now: i64) -> bool {
+    last_alive.is_none_or(|until| until > now)
+}
+
+/// [`hands_out_work`] as an SQL boolean over `planner_nodes`, for a claim statement; `now` is
+/// the statement's expression for its instant. Both backends' claims use this text.
+#[must_use]
+pub fn hands_out_work_sql(now: &str) -> String {
+    format!("COALESCE((SELECT MAX(alive_until) FROM planner_nodes) > {now}, TRUE)")
+}
+
 #[cfg(test)]
 mod relay_tests {
     use super::*;
@@ -303,6 +321,22 @@ mod relay_tests {
             max_attempts: 2,
             backoff_initial_ms: 1,
             backoff_max_ms: 1,
+        }
+    }
+
+    #[test]
+    fn work_is_handed_out_unless_every_mark_has_lapsed() {
+        assert!(hands_out_work(None, 10), "no node ever started");
+        assert!(hands_out_work(Some(11), 10));
+        // At alive_until exactly the mark has lapsed, as for the outage check.
+        assert!(!hands_out_work(Some(10), 10));
+        assert!(!hands_out_work(Some(3), 10));
+        for (last_alive, now) in [(None, 10), (Some(11), 10), (Some(10), 10), (Some(3), 10)] {
+            assert_eq!(
+                hands_out_work(last_alive, now),
+                down_since(last_alive, last_alive, now).is_none(),
+                "the claim gate and the outage check agree on what 'down' is"
+            );
         }
     }
 

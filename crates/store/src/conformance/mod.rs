@@ -54,7 +54,8 @@ macro_rules! conformance_tests {
             simultaneous_claimers_and_reporters_keep_their_own_terms,
             renewals_and_reports_of_the_same_leases_never_deadlock,
             claims_and_renewals_without_a_lease_grant_each_occurrences_own,
-            resume_judges_what_came_due_while_no_node_was_alive);
+            resume_judges_what_came_due_while_no_node_was_alive,
+            claims_wait_for_the_first_node_back_after_an_outage);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

@@ -238,3 +238,126 @@ pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harn
         );
     });
 }
+
+/// While no node's mark is valid, nothing is handed out: a worker's claim is refused with
+/// [`StoreError::NoLiveNode`] and the relay gets nothing, so work that came due in an outage
+/// waits for the first node back to judge it. A claim racing with that node's start either
+/// comes before its check (refused) or after it (sees what it judged): never takes an
+/// occurrence the check would have recorded as missed.
+pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let judge = Arc::new(Recorder::default());
+        let f = fixture(s, "acme", "q").await;
+        let nats = fixture(s, "beta", "$nats:jobs").await;
+        // Before any node started, claims are the store's alone (tools, tests): allowed.
+        insert(s, &f, vec![new_occ(&f, "q", secs(-20), 3)]).await;
+        assert_eq!(claim(s, &f, "q", "w", 1, 1_000, secs(-10)).await.len(), 1);
+        let backlog = insert(
+            s,
+            &f,
+            vec![
+                new_occ(&f, "q", secs(-10), 3),
+                new_occ(&f, "q", secs(-5), 3),
+            ],
+        )
+        .await;
+        // Node a starts at 0 (alive until 15) and is never heard of again.
+        assert_eq!(resume(s, "a", &judge, secs(0)).await, Resumed::default());
+        let late = insert(s, &f, vec![new_occ(&f, "q", secs(100), 3)]).await;
+        let relayed = insert(s, &nats, vec![new_occ(&nats, "$nats:jobs", secs(100), 3)]).await;
+        // Within a's lease, work is handed out.
+        let c = claim(s, &f, "q", "w", 1, 5, secs(14)).await;
+        assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), vec![backlog[0]]);
+        // After it, nothing: the worker is told why, the relay waits.
+        let err = s
+            .occurrence_claim(OccurrenceClaim {
+                tenant: f.tenant,
+                queue: "q".into(),
+                worker_id: "w".into(),
+                max: 10,
+                lease: Some(SignedDuration::from_secs(5)),
+                now: Some(secs(200)),
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::NoLiveNode), "{err:?}");
+        let relay = |now| {
+            s.relay_claim(RelayClaim {
+                node: "a".into(),
+                max: 10,
+                lease: SignedDuration::from_secs(5),
+                now: Some(now),
+            })
+        };
+        assert!(relay(secs(200)).await.unwrap().is_empty());
+        // Node b starts at 400: what came due after 0 and is older than a minute is missed;
+        // the backlog from before the outage is not judged and is handed out again.
+        let r = resume(s, "b", &judge, secs(400)).await;
+        assert_eq!(r.down_since, Some(secs(0)));
+        assert_eq!(r.missed, 2, "{r:?}");
+        let got = claim(s, &f, "q", "w", 10, 5, secs(400)).await;
+        assert_eq!(
+            got.iter().map(|c| c.id).collect::<Vec<_>>(),
+            vec![backlog[0], backlog[1]],
+            "the backlog, and the claim whose lease ended in the outage"
+        );
+        assert!(relay(secs(400)).await.unwrap().is_empty());
+        assert_eq!(
+            state_at(s, &f, late[0], secs(400)).await,
+            OccurrenceState::Missed
+        );
+        assert_eq!(
+            state_at(s, &nats, relayed[0], secs(400)).await,
+            OccurrenceState::Missed
+        );
+
+        // Claims racing with the first node back, outage after outage.
+        let mut refused = 0;
+        for round in 1..=12 {
+            let back = secs(1_000 * round);
+            let rows = insert(
+                s,
+                &f,
+                (0..5)
+                    .map(|i| new_occ(&f, "race", back - SignedDuration::from_secs(200 + i), 3))
+                    .collect(),
+            )
+            .await;
+            let claims = async {
+                let mut taken = Vec::new();
+                for w in 0..4 {
+                    match s
+                        .occurrence_claim(OccurrenceClaim {
+                            tenant: f.tenant,
+                            queue: "race".into(),
+                            worker_id: format!("w{w}"),
+                            max: 10,
+                            lease: Some(SignedDuration::from_secs(5)),
+                            now: Some(back),
+                        })
+                        .await
+                    {
+                        Ok(c) => taken.extend(c.into_iter().map(|c| c.id)),
+                        Err(StoreError::NoLiveNode) => refused += 1,
+                        Err(e) => panic!("round {round}: {e}"),
+                    }
+                    tokio::task::yield_now().await;
+                }
+                taken
+            };
+            let node = format!("n{round}");
+            let (taken, r) = tokio::join!(claims, resume(s, &node, &judge, back));
+            assert!(
+                taken.is_empty(),
+                "round {round}: claimed {taken:?} that the outage check records as missed"
+            );
+            assert_eq!(r.missed, 5, "round {round}: {r:?}");
+            for id in rows {
+                assert_eq!(state_at(s, &f, id, back).await, OccurrenceState::Missed);
+            }
+        }
+        // The race was run: some claims came before the check.
+        assert!(refused > 0);
+    });
+}
