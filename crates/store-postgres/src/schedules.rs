@@ -565,6 +565,14 @@ pub(crate) async fn shard_acquire(c: &mut Client, p: ShardAcquire) -> R<ShardAcq
         &[&p.node, &until, &now],
     )
     .await?;
+    // Marks of nodes gone for a day tell nothing any more (this node's mark, written above,
+    // is the latest seen): without this, the table grows by a row per node start.
+    execute(
+        &tx,
+        "DELETE FROM planner_nodes WHERE alive_until < $1 AND node <> $2",
+        &[&(now - fence::STALE_MARK_MS), &p.node],
+    )
+    .await?;
     let others: i64 = query(
         &tx,
         "SELECT count(*) FROM planner_nodes WHERE node <> $1 AND alive_until > $2",

@@ -229,6 +229,34 @@ impl campanile_store::PrePlannedJudge for MissAll {
     }
 }
 
+/// Connects (so upgrades) the schema and, if that worked, acquires its shard as a new node at
+/// `now` (the caller drops the schema before asserting either).
+async fn upgrade_and_acquire(
+    url: &str,
+    schema: &str,
+    now: jiff::Timestamp,
+) -> (
+    Result<PgStore, StoreError>,
+    Option<Result<campanile_store::ShardAcquired, StoreError>>,
+) {
+    let store = PgStore::connect_with(url, options(schema)).await;
+    let acquired = match &store {
+        Ok(store) => Some(
+            store
+                .shard_acquire(campanile_store::ShardAcquire {
+                    node: "new-node".into(),
+                    total: 1,
+                    lease: jiff::SignedDuration::from_secs(15),
+                    judge: std::sync::Arc::new(MissAll),
+                    now: Some(now),
+                })
+                .await,
+        ),
+        Err(_) => None,
+    };
+    (store, acquired)
+}
+
 /// A liveness mark written before `seen_at` existed counts as seen until it ends (an old
 /// node's graceful stop wrote `alive_until = now`): the backlog before it is not judged.
 #[tokio::test]
@@ -247,21 +275,12 @@ async fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
     )
     .await
     .expect("old mark and occurrences");
-    let store = PgStore::connect_with(&url, options(&schema)).await;
-    let acquired = match &store {
-        Ok(store) => Some(
-            store
-                .shard_acquire(campanile_store::ShardAcquire {
-                    node: "new-node".into(),
-                    total: 1,
-                    lease: jiff::SignedDuration::from_secs(15),
-                    judge: std::sync::Arc::new(MissAll),
-                    now: Some(jiff::Timestamp::from_second(100).expect("instant")),
-                })
-                .await,
-        ),
-        Err(_) => None,
-    };
+    let (store, acquired) = upgrade_and_acquire(
+        &url,
+        &schema,
+        jiff::Timestamp::from_second(100).expect("instant"),
+    )
+    .await;
     c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .expect("drop");
@@ -277,4 +296,58 @@ async fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
         },
         "a mark without seen_at was seen until it ends (it may be a graceful stop's): only what became claimable after 20 s is judged"
     );
+}
+
+/// Marks piled up before the index on `alive_until` (a row per node start) are dropped by the
+/// first acquisition after the upgrade once they lapsed a day before; the others are kept.
+#[tokio::test]
+async fn upgrade_drops_liveness_marks_that_lapsed_a_day_before() {
+    let Some((url, schema, c)) = old_database("reports", 9).await else {
+        return;
+    };
+    const DAY: i64 = 86_400_000;
+    let now = 10 * DAY;
+    let mut marks = String::new();
+    for i in 0..200 {
+        marks.push_str(&format!(
+            "INSERT INTO planner_nodes (node, alive_until, seen_at) VALUES ('gone-{i}', {}, {});",
+            i * 1000 + 15_000,
+            i * 1000
+        ));
+    }
+    marks.push_str(&format!(
+        "INSERT INTO planner_nodes (node, alive_until, seen_at) VALUES ('recent', {}, {});",
+        now - DAY / 2,
+        now - DAY / 2 - 15_000
+    ));
+    c.batch_execute(&marks).await.expect("old marks");
+    let (store, acquired) = upgrade_and_acquire(
+        &url,
+        &schema,
+        jiff::Timestamp::from_millisecond(now).expect("instant"),
+    )
+    .await;
+    let nodes: Vec<String> = c
+        .query("SELECT node FROM planner_nodes ORDER BY node", &[])
+        .await
+        .expect("marks")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let indexed = c
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'planner_nodes_alive'",
+            &[],
+        )
+        .await
+        .expect("index")
+        .get::<_, i64>(0);
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    acquired.expect("acquire").expect("acquired");
+    assert_eq!(nodes, vec!["new-node".to_string(), "recent".to_string()]);
+    assert_eq!(indexed, 1);
 }

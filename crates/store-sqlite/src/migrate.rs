@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "node_seen",
         include_str!("../migrations/0007_node_seen.sql"),
     ),
+    (
+        8,
+        "node_marks_by_end",
+        include_str!("../migrations/0008_node_marks_by_end.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

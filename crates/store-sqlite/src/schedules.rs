@@ -512,6 +512,11 @@ pub(crate) fn shard_acquire(c: &Connection, p: &ShardAcquire, now: i64) -> R<Sha
     )
     .and_then(|mut s| s.execute(params![p.node, until, now]))
     .map_err(db_err)?;
+    // Marks of nodes gone for a day tell nothing any more (this node's mark, written above,
+    // is the latest seen): without this, the table grows by a row per node start.
+    c.prepare_cached("DELETE FROM planner_nodes WHERE alive_until < ?1 AND node <> ?2")
+        .and_then(|mut s| s.execute(params![now - fence::STALE_MARK_MS, p.node]))
+        .map_err(db_err)?;
     let others: i64 = c
         .prepare_cached("SELECT COUNT(*) FROM planner_nodes WHERE node <> ?1 AND alive_until > ?2")
         .and_then(|mut s| s.query_row(params![p.node, now], |r| r.get(0)))

@@ -216,6 +216,29 @@ impl campanile_store::PrePlannedJudge for MissAll {
     }
 }
 
+/// Opens (so upgrades) the database and acquires its shard as a new node at `now`.
+fn upgrade_and_acquire(
+    path: &std::path::Path,
+    now: jiff::Timestamp,
+) -> campanile_store::ShardAcquired {
+    let store = SqliteStore::open(path).expect("upgrade");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(campanile_store::Store::shard_acquire(
+        &store,
+        campanile_store::ShardAcquire {
+            node: "new-node".into(),
+            total: 1,
+            lease: jiff::SignedDuration::from_secs(15),
+            judge: std::sync::Arc::new(MissAll),
+            now: Some(now),
+        },
+    ))
+    .expect("acquire")
+}
+
 /// A liveness mark written before `seen_at` existed counts as seen until it ends (an old
 /// node's graceful stop wrote `alive_until = now`): the backlog before it is not judged.
 #[test]
@@ -241,23 +264,7 @@ fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
     .expect("old mark and occurrences");
     drop(conn);
 
-    let store = SqliteStore::open(&path).expect("upgrade");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let acquired = rt
-        .block_on(campanile_store::Store::shard_acquire(
-            &store,
-            campanile_store::ShardAcquire {
-                node: "new-node".into(),
-                total: 1,
-                lease: jiff::SignedDuration::from_secs(15),
-                judge: std::sync::Arc::new(MissAll),
-                now: Some(jiff::Timestamp::from_second(100).expect("instant")),
-            },
-        ))
-        .expect("acquire");
+    let acquired = upgrade_and_acquire(&path, jiff::Timestamp::from_second(100).expect("instant"));
     assert_eq!(
         acquired.resumed,
         campanile_store::Resumed {
@@ -267,4 +274,52 @@ fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
         },
         "a mark without seen_at was seen until it ends (it may be a graceful stop's): only what became claimable after 20 s is judged"
     );
+}
+
+/// Marks piled up before the index on `alive_until` (a row per node start) are dropped by the
+/// first acquisition after the upgrade once they lapsed a day before; the others are kept.
+#[test]
+fn upgrade_drops_liveness_marks_that_lapsed_a_day_before() {
+    const MARKS_BY_END: i64 = 8;
+    const DAY: i64 = 86_400_000;
+    let now = 10 * DAY;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing");
+    let conn = migrated_up_to(&path, MARKS_BY_END);
+    for i in 0..200 {
+        conn.execute(
+            "INSERT INTO planner_nodes (node, alive_until, seen_at) VALUES (?1, ?2, ?3)",
+            rusqlite::params![format!("gone-{i}"), i * 1000 + 15_000, i * 1000],
+        )
+        .expect("old mark");
+    }
+    conn.execute(
+        "INSERT INTO planner_nodes (node, alive_until, seen_at) VALUES ('recent', ?1, ?2)",
+        rusqlite::params![now - DAY / 2, now - DAY / 2 - 15_000],
+    )
+    .expect("recent mark");
+    drop(conn);
+
+    upgrade_and_acquire(
+        &path,
+        jiff::Timestamp::from_millisecond(now).expect("instant"),
+    );
+    let conn = Connection::open(&path).expect("open");
+    let nodes: Vec<String> = conn
+        .prepare("SELECT node FROM planner_nodes ORDER BY node")
+        .and_then(|mut s| {
+            s.query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .expect("marks");
+    assert_eq!(nodes, vec!["new-node".to_string(), "recent".to_string()]);
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT MAX(alive_until) FROM planner_nodes",
+            [],
+            |r| r.get(3),
+        )
+        .expect("plan");
+    assert!(plan.contains("planner_nodes_alive"), "{plan}");
 }

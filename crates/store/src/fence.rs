@@ -299,6 +299,10 @@ pub fn hands_out_work(last_alive: Option<i64>, now: i64) -> bool {
     last_alive.is_none_or(|until| until > now)
 }
 
+/// How long after its end a node's liveness mark is dropped (by another node's acquisition,
+/// which has just written the latest mark): a day, far longer than any lease.
+pub const STALE_MARK_MS: i64 = 86_400_000;
+
 /// [`hands_out_work`] as an SQL boolean over `planner_nodes`, for a claim statement; `now` is
 /// the statement's expression for its instant. Both backends' claims use this text.
 #[must_use]
