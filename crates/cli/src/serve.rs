@@ -142,6 +142,11 @@ async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The first planning pass is retried after this, doubling up to [`FIRST_PASS_RETRY_MAX`]: a
+/// database that is back is noticed within seconds, one that stays away is not hammered.
+const FIRST_PASS_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+const FIRST_PASS_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(15);
+
 async fn serve(args: Settings) -> Result<(), CliError> {
     use std::io::Write;
     let store = db::open(&args.database, None).await?;
@@ -191,7 +196,10 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     // planned and could not hand out on time is judged by its misfire policy first. A failing
     // first pass (the database gone again) is retried, not a reason to exit.
     let first_pass = async {
+        let mut delay = FIRST_PASS_RETRY_MIN;
+        let mut attempt = 0u64;
         loop {
+            attempt += 1;
             match Engine::start_after_first_pass(
                 Arc::clone(&store),
                 planner.clone(),
@@ -201,8 +209,14 @@ async fn serve(args: Settings) -> Result<(), CliError> {
             {
                 Ok(engine) => return engine,
                 Err(e) => {
-                    tracing::warn!(error = %e, "first planning pass failed; retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    tracing::warn!(
+                        error = %e,
+                        attempt,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "first planning pass failed; this node serves nothing until one succeeds"
+                    );
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(FIRST_PASS_RETRY_MAX);
                 }
             }
         }
