@@ -355,6 +355,14 @@ async fn limited_claim(
     Ok(got)
 }
 
+/// The instant a claim statement's liveness gate ([`fence::hands_out_work_sql`]) compares the
+/// marks with: the caller's (`param`, an `int8` parameter) or else the database's clock as the
+/// statement runs — not the instant the claim read before it waited for a connection, a lock or
+/// a stalled database, which could let it commit in an outage not yet judged.
+fn gate_now(param: &str) -> String {
+    format!("COALESCE({param}::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8)")
+}
+
 /// A claim statement: `pick` defines the CTE `pick(seq, lost_epoch, lost_owner, lost_started,
 /// lost_lease)` of the occurrences to claim (locked by it or by the caller), after any CTEs it
 /// needs; the `lost_` columns are those of the attempt being taken over, read from the row as
@@ -491,10 +499,11 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// The worker claim: at most `$4` due or lease-expired occurrences of one queue, picked and
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
-/// lease length in ms (NULL: each occurrence's own).
+/// lease length in ms (NULL: each occurrence's own), `$7` the caller's instant or NULL, for the
+/// liveness gate ([`gate_now`]).
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
-        &worker_pick("$3", &fence::hands_out_work_sql("$3"), "pick"),
+        &worker_pick("$3", &fence::hands_out_work_sql(&gate_now("$7")), "pick"),
         "$5",
         "$3",
         "$3 + COALESCE($6::int8, o.lease_ms)",
@@ -601,10 +610,19 @@ async fn fast_claim<C: GenericClient>(
     max: u32,
 ) -> R<Vec<Claimed>> {
     let max = i64::from(max);
+    let fixed = p.now.map(|t| t.as_millisecond());
     let rows = query(
         c,
         &FAST_CLAIM,
-        &[&p.tenant.0, &p.queue, &now, &max, &p.worker_id, &lease],
+        &[
+            &p.tenant.0,
+            &p.queue,
+            &now,
+            &max,
+            &p.worker_id,
+            &lease,
+            &fixed,
+        ],
     )
     .await?;
     rows.iter().map(|r| claimed_row(r, now, 8)).collect()
@@ -658,11 +676,17 @@ async fn claim_constrained<C: GenericClient>(
                 AND {}
               ORDER BY priority DESC, available_at, seq LIMIT $4
               FOR UPDATE SKIP LOCKED",
-            fence::hands_out_work_sql("$3")
+            fence::hands_out_work_sql(&gate_now("$5"))
         )
     });
     let limit = (room + 64) as i64;
-    let candidates = query(tx, &CANDIDATES, &[&p.tenant.0, &p.queue, &now, &limit]).await?;
+    let fixed = p.now.map(|t| t.as_millisecond());
+    let candidates = query(
+        tx,
+        &CANDIDATES,
+        &[&p.tenant.0, &p.queue, &now, &limit, &fixed],
+    )
+    .await?;
     let mut out = Vec::new();
     let mut skipped = 0u64;
     let mut waiting = std::collections::HashSet::new();
@@ -729,10 +753,11 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
               WHERE o.settled_at IS NULL AND o.available_at <= $1 AND {}
               ORDER BY o.available_at LIMIT $2
               FOR UPDATE OF o, occ SKIP LOCKED",
-            fence::hands_out_work_sql("$1")
+            fence::hands_out_work_sql(&gate_now("$3"))
         )
     });
-    let due = query(&tx, &DUE, &[&now, &scan]).await?;
+    let fixed = p.now.map(|t| t.as_millisecond());
+    let due = query(&tx, &DUE, &[&now, &scan, &fixed]).await?;
     let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
     let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
     let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());

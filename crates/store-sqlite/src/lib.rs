@@ -194,15 +194,20 @@ impl Store for SqliteStore {
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
-        let now = self.now(p.now);
         if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
         if p.max == 0 {
             return Ok(Vec::new());
         }
+        let clock = self.inner.clock.clone();
         let claims = self
-            .write(move |c| ops::occurrence_claim(c, &p, now))
+            .write(move |c| {
+                // The instant is read in the writer, not when the claim was queued: a claim
+                // that waited (behind a long job) is judged, and leased, as of when it runs.
+                let now = p.now.unwrap_or_else(|| clock.now()).as_millisecond();
+                ops::occurrence_claim(c, &p, now)
+            })
             .await?;
         if claims.is_empty() {
             return Ok(claims);
@@ -219,14 +224,20 @@ impl Store for SqliteStore {
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
-        let now = self.now(p.now);
         if p.lease <= jiff::SignedDuration::ZERO {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        let relayed = self.write(move |c| ops::relay_claim(c, &p, now)).await?;
+        let clock = self.inner.clock.clone();
+        let relayed = self
+            .write(move |c| {
+                // As for worker claims: the instant is when the claim runs.
+                let now = p.now.unwrap_or_else(|| clock.now()).as_millisecond();
+                ops::relay_claim(c, &p, now)
+            })
+            .await?;
         if relayed.is_empty() {
             return Ok(relayed);
         }

@@ -304,7 +304,8 @@ pub fn hands_out_work(last_alive: Option<i64>, now: i64) -> bool {
 pub const STALE_MARK_MS: i64 = 86_400_000;
 
 /// [`hands_out_work`] as an SQL boolean over `planner_nodes`, for a claim statement; `now` is
-/// the statement's expression for its instant. Both backends' claims use this text.
+/// the statement's expression for its instant (PostgreSQL's claims; SQLite's writer calls
+/// [`hands_out_work`] itself).
 #[must_use]
 pub fn hands_out_work_sql(now: &str) -> String {
     format!("COALESCE((SELECT MAX(alive_until) FROM planner_nodes) > {now}, TRUE)")

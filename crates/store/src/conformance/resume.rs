@@ -265,23 +265,30 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         // Node a starts at 0 (alive until 15) and is never heard of again.
         assert_eq!(resume(s, "a", &judge, secs(0)).await, Resumed::default());
         let late = insert(s, &f, vec![new_occ(&f, "q", secs(100), 3)]).await;
+        // Queues whose claims take other paths: one with a running limit, one overlap-constrained.
+        s.queue_limit_set(f.tenant, "lim", Some(10)).await.unwrap();
+        let mut constrained = new_occ(&f, "one", secs(101), 3);
+        constrained.overlap = campanile_core::Overlap::SkipIfRunning;
+        let others = insert(s, &f, vec![new_occ(&f, "lim", secs(102), 3), constrained]).await;
         let relayed = insert(s, &nats, vec![new_occ(&nats, "$nats:jobs", secs(100), 3)]).await;
         // Within a's lease, work is handed out.
         let c = claim(s, &f, "q", "w", 1, 5, secs(14)).await;
         assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), vec![backlog[0]]);
         // After it, nothing: the worker is told why, the relay waits.
-        let err = s
-            .occurrence_claim(OccurrenceClaim {
-                tenant: f.tenant,
-                queue: "q".into(),
-                worker_id: "w".into(),
-                max: 10,
-                lease: Some(SignedDuration::from_secs(5)),
-                now: Some(secs(200)),
-            })
-            .await
-            .unwrap_err();
-        assert!(matches!(err, StoreError::NoLiveNode), "{err:?}");
+        for queue in ["q", "lim", "one"] {
+            let err = s
+                .occurrence_claim(OccurrenceClaim {
+                    tenant: f.tenant,
+                    queue: queue.into(),
+                    worker_id: "w".into(),
+                    max: 10,
+                    lease: Some(SignedDuration::from_secs(5)),
+                    now: Some(secs(200)),
+                })
+                .await
+                .unwrap_err();
+            assert!(matches!(err, StoreError::NoLiveNode), "{queue}: {err:?}");
+        }
         let relay = |now| {
             s.relay_claim(RelayClaim {
                 node: "a".into(),
@@ -295,7 +302,7 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         // the backlog from before the outage is not judged and is handed out again.
         let r = resume(s, "b", &judge, secs(400)).await;
         assert_eq!(r.down_since, Some(secs(0)));
-        assert_eq!(r.missed, 2, "{r:?}");
+        assert_eq!(r.missed, 4, "{r:?}");
         let got = claim(s, &f, "q", "w", 10, 5, secs(400)).await;
         assert_eq!(
             got.iter().map(|c| c.id).collect::<Vec<_>>(),
@@ -303,10 +310,12 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
             "the backlog, and the claim whose lease ended in the outage"
         );
         assert!(relay(secs(400)).await.unwrap().is_empty());
-        assert_eq!(
-            state_at(s, &f, late[0], secs(400)).await,
-            OccurrenceState::Missed
-        );
+        for id in [late[0], others[0], others[1]] {
+            assert_eq!(
+                state_at(s, &f, id, secs(400)).await,
+                OccurrenceState::Missed
+            );
+        }
         assert_eq!(
             state_at(s, &nats, relayed[0], secs(400)).await,
             OccurrenceState::Missed
