@@ -56,3 +56,30 @@ fn attempts_opened_by_older_versions_end_in_place() {
         },
     );
 }
+
+#[test]
+fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Some((url, _, h)) = rt.block_on(in_new_schema()) else {
+        return;
+    };
+    campanile_store::conformance::a_claim_that_waited_while_every_mark_lapsed_takes_nothing(
+        &rt,
+        h,
+        |key| async move {
+            // A session of its own: the lock is released when the connection closes.
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            let task = tokio::spawn(conn);
+            client
+                .execute(
+                    "SELECT pg_advisory_lock(hashtextextended('campanile/queue/' || $1, 0))",
+                    &[&key],
+                )
+                .await
+                .expect("queue lock");
+            (client, task)
+        },
+    );
+}

@@ -370,3 +370,70 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         assert!(refused > 0);
     });
 }
+
+/// A claim that waits — here for its queue's running-limit lock, as it would for a stalled
+/// database — while every liveness mark lapses takes nothing once it goes on: the gate is
+/// judged at the instant the claim runs, not at the one it read before it waited. On the
+/// store's own clock (`now: None`) in real time. `hold_queue_lock(key)` takes the lock a
+/// limited claim of queue `key` (`"{tenant}/{queue}"`) waits for, until its result is dropped.
+pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G>(
+    rt: &Runtime,
+    h: Harness,
+    hold_queue_lock: F,
+) where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = G>,
+{
+    rt.block_on(async {
+        let store = h.store.clone();
+        let s = store.as_ref();
+        let f = fixture(s, "acme", "lim").await;
+        s.queue_limit_set(f.tenant, "lim", Some(10)).await.unwrap();
+        let now = s.store_now().await.unwrap();
+        let ids = insert(
+            s,
+            &f,
+            vec![new_occ(&f, "lim", now - SignedDuration::from_secs(1), 3)],
+        )
+        .await;
+        let lease = SignedDuration::from_millis(1_500);
+        s.shard_acquire(ShardAcquire {
+            node: "a".into(),
+            total: 1,
+            lease,
+            judge: Arc::new(Recorder::default()),
+            now: None,
+        })
+        .await
+        .unwrap();
+        let held = hold_queue_lock(format!("{}/lim", f.tenant.0)).await;
+        let (tenant, claimer) = (f.tenant, store.clone());
+        let waiting = tokio::spawn(async move {
+            claimer
+                .occurrence_claim(OccurrenceClaim {
+                    tenant,
+                    queue: "lim".into(),
+                    worker_id: "w".into(),
+                    max: 10,
+                    lease: Some(SignedDuration::from_secs(30)),
+                    now: None,
+                })
+                .await
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "the claim waits for the queue lock");
+        // The mark lapses while it waits.
+        tokio::time::sleep(lease.unsigned_abs()).await;
+        drop(held);
+        match waiting.await.unwrap() {
+            Ok(got) => assert!(
+                got.is_empty(),
+                "claimed in an outage not yet judged: {got:?}"
+            ),
+            Err(StoreError::NoLiveNode) => {}
+            Err(e) => panic!("{e}"),
+        }
+        let after = s.store_now().await.unwrap();
+        assert_eq!(state_at(s, &f, ids[0], after).await, OccurrenceState::Ready);
+    });
+}
