@@ -533,6 +533,14 @@ fn finish_claim(rows: Vec<ClaimRow>, now: i64, lease: Option<i64>) -> R<Vec<Clai
 /// Joins the payloads of claimed occurrences. Schedule versions are immutable and written
 /// before any of their occurrences, so any snapshot after the claim has them.
 pub(crate) fn fill_payloads(c: &Connection, claims: &mut [Claimed]) -> R<()> {
+    // One read transaction for all the lookups: each autocommit read would begin its own, and
+    // a reader's page cache is dropped whenever the writer committed since its last one.
+    let tx = c.unchecked_transaction().map_err(db_err)?;
+    fill_payloads_in(&tx, claims)?;
+    tx.commit().map_err(db_err)
+}
+
+fn fill_payloads_in(c: &Connection, claims: &mut [Claimed]) -> R<()> {
     let mut q = c
         .prepare_cached(
             "SELECT payload FROM schedule_versions WHERE schedule_id = ?1 AND version = ?2",
