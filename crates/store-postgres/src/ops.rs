@@ -335,6 +335,12 @@ async fn limited_claim(
             .map_or(0, |r| r.get(0));
         allowed = allowed.min(limit - running);
     }
+    // The locks above may have been waited for: the claim is dated (and its lease runs) from
+    // now, not from the instant read before.
+    let now = match p.now {
+        Some(_) => now,
+        None => resolve_now(&tx, None).await?,
+    };
     let mut got = if allowed > 0 {
         fast_claim(&tx, p, now, lease, allowed as u32).await?
     } else {
@@ -721,6 +727,11 @@ async fn claim_constrained<C: GenericClient>(
         };
         match decision {
             fence::OverlapDecision::Claim => {
+                // The schedule's lock may have been waited for: dated from now (as above).
+                let now = match p.now {
+                    Some(_) => now,
+                    None => resolve_now(tx, None).await?,
+                };
                 out.extend(claim_seqs(tx, &[seq], &p.worker_id, now, lease).await?);
             }
             fence::OverlapDecision::Wait => {

@@ -63,12 +63,13 @@ fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
     let Some((url, _, h)) = rt.block_on(in_new_schema()) else {
         return;
     };
+    let hold_url = url.clone();
     campanile_store::conformance::a_claim_that_waited_while_every_mark_lapsed_takes_nothing(
         &rt,
         h,
         |key| async move {
             // A session of its own: the lock is released when the connection closes.
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            let (client, conn) = tokio_postgres::connect(&hold_url, tokio_postgres::NoTls)
                 .await
                 .expect("connect");
             let task = tokio::spawn(conn);
@@ -80,6 +81,27 @@ fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
                 .await
                 .expect("queue lock");
             (client, task)
+        },
+        |key| {
+            let url = url.clone();
+            async move {
+                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                tokio::spawn(conn);
+                client
+                    .query_one(
+                        "SELECT count(*) FROM pg_locks
+                          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+                            AND ((classid::int8 << 32) | objid::int8)
+                                = hashtextextended('campanile/queue/' || $1, 0)",
+                        &[&key],
+                    )
+                    .await
+                    .expect("pg_locks")
+                    .get::<_, i64>(0)
+                    > 0
+            }
         },
     );
 }

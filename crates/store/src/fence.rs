@@ -305,10 +305,13 @@ pub const STALE_MARK_MS: i64 = 86_400_000;
 
 /// [`hands_out_work`] as an SQL boolean over `planner_nodes`, for a claim statement; `now` is
 /// the statement's expression for its instant (PostgreSQL's claims; SQLite's writer calls
-/// [`hands_out_work`] itself).
+/// [`hands_out_work`] itself). A scalar subquery of its own, so that PostgreSQL evaluates it
+/// once per statement (a one-time filter) even when `now` reads the clock, a volatile
+/// function: as a plain condition it would be a filter on every row scanned, and a statement
+/// refused by it would walk its whole candidate range to return nothing.
 #[must_use]
 pub fn hands_out_work_sql(now: &str) -> String {
-    format!("COALESCE((SELECT MAX(alive_until) FROM planner_nodes) > {now}, TRUE)")
+    format!("(SELECT COALESCE((SELECT MAX(alive_until) FROM planner_nodes) > {now}, TRUE))")
 }
 
 #[cfg(test)]

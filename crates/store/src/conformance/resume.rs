@@ -375,25 +375,31 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
 /// database — while every liveness mark lapses takes nothing once it goes on: the gate is
 /// judged at the instant the claim runs, not at the one it read before it waited. On the
 /// store's own clock (`now: None`) in real time. `hold_queue_lock(key)` takes the lock a
-/// limited claim of queue `key` (`"{tenant}/{queue}"`) waits for, until its result is dropped.
-pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G>(
+/// limited claim of queue `key` (`"{tenant}/{queue}"`) waits for, until its result is dropped;
+/// `waits_for_it(key)` says whether a session is waiting for that lock.
+pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G, W, WFut>(
     rt: &Runtime,
     h: Harness,
     hold_queue_lock: F,
+    waits_for_it: W,
 ) where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = G>,
+    W: Fn(String) -> WFut,
+    WFut: std::future::Future<Output = bool>,
 {
     rt.block_on(async {
         let store = h.store.clone();
         let s = store.as_ref();
-        let f = fixture(s, "acme", "lim").await;
-        s.queue_limit_set(f.tenant, "lim", Some(10)).await.unwrap();
+        // A queue name no other test uses: the lock is the database's, not the schema's.
+        let queue = "limited-while-lapsing";
+        let f = fixture(s, "acme", queue).await;
+        s.queue_limit_set(f.tenant, queue, Some(10)).await.unwrap();
         let now = s.store_now().await.unwrap();
         let ids = insert(
             s,
             &f,
-            vec![new_occ(&f, "lim", now - SignedDuration::from_secs(1), 3)],
+            vec![new_occ(&f, queue, now - SignedDuration::from_secs(1), 3)],
         )
         .await;
         let lease = SignedDuration::from_millis(1_500);
@@ -406,13 +412,14 @@ pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G>(
         })
         .await
         .unwrap();
-        let held = hold_queue_lock(format!("{}/lim", f.tenant.0)).await;
+        let key = format!("{}/{queue}", f.tenant.0);
+        let held = hold_queue_lock(key.clone()).await;
         let (tenant, claimer) = (f.tenant, store.clone());
         let waiting = tokio::spawn(async move {
             claimer
                 .occurrence_claim(OccurrenceClaim {
                     tenant,
-                    queue: "lim".into(),
+                    queue: queue.into(),
                     worker_id: "w".into(),
                     max: 10,
                     lease: Some(SignedDuration::from_secs(30)),
@@ -420,19 +427,25 @@ pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G>(
                 })
                 .await
         });
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        assert!(!waiting.is_finished(), "the claim waits for the queue lock");
+        // The claim passed the gate of its first statement and now waits for the lock.
+        let mut polls = 0;
+        while !waits_for_it(key.clone()).await {
+            polls += 1;
+            assert!(polls < 500, "the claim never waited for the queue lock");
+            assert!(
+                !waiting.is_finished(),
+                "the claim did not wait for the queue lock"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         // The mark lapses while it waits.
         tokio::time::sleep(lease.unsigned_abs()).await;
         drop(held);
-        match waiting.await.unwrap() {
-            Ok(got) => assert!(
-                got.is_empty(),
-                "claimed in an outage not yet judged: {got:?}"
-            ),
-            Err(StoreError::NoLiveNode) => {}
-            Err(e) => panic!("{e}"),
-        }
+        let got = waiting.await.unwrap().unwrap();
+        assert!(
+            got.is_empty(),
+            "claimed in an outage not yet judged: {got:?}"
+        );
         let after = s.store_now().await.unwrap();
         assert_eq!(state_at(s, &f, ids[0], after).await, OccurrenceState::Ready);
     });
