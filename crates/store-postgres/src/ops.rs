@@ -663,6 +663,21 @@ fn claimed_row(r: &Row, now: i64, lease_col: usize) -> R<Claimed> {
     })
 }
 
+/// The overlap-constrained candidates of a claim, locked: `$1` tenant, `$2` queue, `$3` now,
+/// `$4` how many, `$5` the caller's instant or NULL (for the liveness gate, [`gate_now`]).
+static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT seq, schedule_id, overlap, state FROM occurrences
+          WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
+            AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
+                 OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
+            AND {}
+          ORDER BY priority DESC, available_at, seq LIMIT $4
+          FOR UPDATE SKIP LOCKED",
+        fence::hands_out_work_sql(&gate_now("$5"))
+    )
+});
+
 /// Claims of overlap-constrained occurrences: each candidate's schedule row is locked, so
 /// the decision is atomic with the state of the schedule's other occurrences across nodes.
 /// Runs in the caller's transaction; returns the claims and how many were skipped.
@@ -673,23 +688,11 @@ async fn claim_constrained<C: GenericClient>(
     lease: Option<i64>,
     room: usize,
 ) -> R<(Vec<Claimed>, u64)> {
-    static CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT seq, schedule_id, overlap, state FROM occurrences
-              WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
-                AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
-                     OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
-                AND {}
-              ORDER BY priority DESC, available_at, seq LIMIT $4
-              FOR UPDATE SKIP LOCKED",
-            fence::hands_out_work_sql(&gate_now("$5"))
-        )
-    });
     let limit = (room + 64) as i64;
     let fixed = p.now.map(|t| t.as_millisecond());
     let candidates = query(
         tx,
-        &CANDIDATES,
+        &CONSTRAINED_CANDIDATES,
         &[&p.tenant.0, &p.queue, &now, &limit, &fixed],
     )
     .await?;
@@ -746,6 +749,23 @@ async fn claim_constrained<C: GenericClient>(
     Ok((out, skipped))
 }
 
+/// The relay's due outbox rows with their occurrences, locked: `$1` now, `$2` how many, `$3`
+/// the caller's instant or NULL (for the liveness gate). The occurrence's columns first, in
+/// FENCE_COLS order, for `fence_view`. Nothing while no node is live: the relay is a node's
+/// own and waits, as its node's claims do.
+static RELAY_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
+                occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
+                o.seq, o.tenant_id, o.target
+           FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
+          WHERE o.settled_at IS NULL AND o.available_at <= $1 AND {}
+          ORDER BY o.available_at LIMIT $2
+          FOR UPDATE OF o, occ SKIP LOCKED",
+        fence::hands_out_work_sql(&gate_now("$3"))
+    )
+});
+
 pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>> {
     let now = resolve_now(c, p.now).await?;
     // Read a little more than `max`: rows to settle or postpone are handled on the way.
@@ -753,22 +773,8 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     let tx = c.transaction().await.map_err(pg_err)?;
     // Both rows locked, skipping what another relay holds: the decision below is atomic with
     // the occurrence's state (a cancel, the recovery sweep) across nodes.
-    // The occurrence's columns first, in FENCE_COLS order, for `fence_view`. Nothing while no
-    // node is live: the relay is a node's own and waits, as its node's claims do.
-    static DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
-                    occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
-                    o.seq, o.tenant_id, o.target
-               FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
-              WHERE o.settled_at IS NULL AND o.available_at <= $1 AND {}
-              ORDER BY o.available_at LIMIT $2
-              FOR UPDATE OF o, occ SKIP LOCKED",
-            fence::hands_out_work_sql(&gate_now("$3"))
-        )
-    });
     let fixed = p.now.map(|t| t.as_millisecond());
-    let due = query(&tx, &DUE, &[&now, &scan, &fixed]).await?;
+    let due = query(&tx, &RELAY_DUE, &[&now, &scan, &fixed]).await?;
     let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
     let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
     let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());
@@ -1604,4 +1610,68 @@ pub(crate) async fn deployment_shards(c: &Client, shards: u32) -> R<u32> {
         .map(|r| r.get(0))
         .ok_or_else(|| StoreError::Database("no deployment row after recording one".into()))?;
     u32::try_from(recorded).map_err(|_| StoreError::Database(format!("bad shard count {recorded}")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod plan_tests {
+    use super::*;
+
+    /// The liveness gate is evaluated once per statement, even though it reads the clock (a
+    /// volatile function): as a per-row filter, a refused claim or relay poll would walk all
+    /// its candidates to return nothing. Generic plans, as the store runs them.
+    // Multi-threaded: the schema guard's drop blocks this thread while the pool's connection
+    // task must go on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_liveness_gate_is_a_one_time_filter() {
+        let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+            eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL plan test)");
+            return;
+        };
+        let schema = format!("t_{}", Uuid::now_v7().simple());
+        let store = crate::PgStore::connect_with(
+            &url,
+            crate::PgOptions {
+                schema: Some(schema),
+                pool_size: 1,
+            },
+        )
+        .await
+        .expect("connect");
+        let _drop = store.drop_schema_on_drop();
+        let c = store.client().await.expect("client");
+        c.batch_execute("SET plan_cache_mode = force_generic_plan")
+            .await
+            .expect("generic plans");
+        for (name, sql, args) in [
+            ("relay_due", &*RELAY_DUE, "(0, 10, NULL)"),
+            (
+                "fast_claim",
+                &*FAST_CLAIM,
+                "(1, 'q', 0, 10, 'w', NULL, NULL)",
+            ),
+            (
+                "constrained",
+                &*CONSTRAINED_CANDIDATES,
+                "(1, 'q', 0, 10, NULL)",
+            ),
+        ] {
+            c.batch_execute(&format!("PREPARE {name} AS {sql}"))
+                .await
+                .expect("prepare");
+            let plan: Vec<String> = c
+                .query(&format!("EXPLAIN EXECUTE {name}{args}"), &[])
+                .await
+                .expect("explain")
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let plan = plan.join("\n");
+            assert!(plan.contains("One-Time Filter"), "{name}:\n{plan}");
+            assert!(
+                !plan.contains("clock_timestamp"),
+                "{name}, gate per row:\n{plan}"
+            );
+        }
+    }
 }
