@@ -97,13 +97,16 @@ impl ApiError {
     /// 503 with `Retry-After: 1`: this node does not hand out work while its liveness mark
     /// has lapsed.
     pub fn node_not_live() -> ApiError {
-        let mut e = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
+        ApiError::retry_shortly(
             "this node is not handing out work: its liveness mark lapsed (its planner could not \
              renew it, e.g. the database was unreachable) and it resumes after its next \
              planning pass; retry shortly",
-        );
+        )
+    }
+
+    /// 503 `unavailable` with `Retry-After: 1`: no work is handed out for a moment.
+    fn retry_shortly(message: impl Into<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
         e.retry_after = Some(1);
         e
     }
@@ -152,17 +155,11 @@ impl From<StoreError> for ApiError {
             }
             // The database's view of the cluster: no node's mark is valid (an outage not yet
             // judged by a node's start). As this node's own gate answers.
-            StoreError::NoLiveNode => {
-                let mut e = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "no node of this deployment is live (every planner's liveness mark has \
-                     lapsed); work is handed out again once a node has started and judged what \
-                     came due meanwhile against its misfire policy; retry shortly",
-                );
-                e.retry_after = Some(1);
-                e
-            }
+            StoreError::NoLiveNode => ApiError::retry_shortly(
+                "no node of this deployment is live (every planner's liveness mark has \
+                 lapsed); work is handed out again once a node has started and judged what \
+                 came due meanwhile against its misfire policy; retry shortly",
+            ),
             StoreError::NotFound(what) => ApiError::not_found(what),
             StoreError::VersionConflict { current } => ApiError::new(
                 StatusCode::CONFLICT,

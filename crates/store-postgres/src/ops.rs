@@ -259,7 +259,7 @@ pub(crate) async fn claim_rest(
     let lease = p.lease.map(dur_ms);
     if !unlimited {
         let mut c = pool.get().await.map_err(pool_err)?;
-        return limited_claim(&mut c, &p, now, lease).await;
+        return limited_claim(&mut c, &p, lease).await;
     }
     let room = (p.max as usize).saturating_sub(out.len());
     // Overlap-constrained work, when the claim statement saw some due: each is decided under
@@ -295,12 +295,7 @@ async fn limits(c: &Client, p: &OccurrenceClaim) -> R<(Option<i64>, Option<i64>)
 
 /// The claim of a tenant or queue with a concurrency limit: count and claim under one lock per
 /// limit, so the limit holds across nodes.
-async fn limited_claim(
-    c: &mut Client,
-    p: &OccurrenceClaim,
-    now: i64,
-    lease: Option<i64>,
-) -> R<Vec<Claimed>> {
+async fn limited_claim(c: &mut Client, p: &OccurrenceClaim, lease: Option<i64>) -> R<Vec<Claimed>> {
     let (tenant_limit, queue_limit) = limits(c, p).await?;
     let tx = c.transaction().await.map_err(pg_err)?;
     let mut allowed = i64::from(p.max);
@@ -335,12 +330,9 @@ async fn limited_claim(
             .map_or(0, |r| r.get(0));
         allowed = allowed.min(limit - running);
     }
-    // The locks above may have been waited for: the claim is dated (and its lease runs) from
-    // now, not from the instant read before.
-    let now = match p.now {
-        Some(_) => now,
-        None => resolve_now(&tx, None).await?,
-    };
+    // Read after the locks above, which may have been waited for: the claim is dated (and
+    // its lease runs) from then, not from the claim statement's instant.
+    let now = resolve_now(&tx, p.now).await?;
     let mut got = if allowed > 0 {
         fast_claim(&tx, p, now, lease, allowed as u32).await?
     } else {
@@ -361,11 +353,11 @@ async fn limited_claim(
     Ok(got)
 }
 
-/// The instant a claim statement's liveness gate ([`fence::hands_out_work_sql`]) compares the
-/// marks with: the caller's (`param`, an `int8` parameter) or else the database's clock as the
-/// statement runs — not the instant the claim read before it waited for a connection, a lock or
-/// a stalled database, which could let it commit in an outage not yet judged.
-fn gate_now(param: &str) -> String {
+/// A statement's instant: the caller's (`param`, an `int8` parameter) or else the database's
+/// clock as the statement runs. The liveness gate ([`fence::hands_out_work_sql`]) compares the
+/// marks with this, not with an instant the claim read before it waited for a connection, a
+/// lock or a stalled database, which could let it commit in an outage not yet judged.
+fn statement_now(param: &str) -> String {
     format!("COALESCE({param}::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8)")
 }
 
@@ -462,8 +454,7 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
 /// subscripts are direct.
 static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let pick = format!(
-        "clk0 AS (
-             SELECT COALESCE($3::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8) AS now),
+        "clk0 AS (SELECT {now} AS now),
          clk AS (
              SELECT now, {live} AS live,
                     NOT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND max_running IS NOT NULL)
@@ -483,6 +474,7 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord,
                     ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms
                FROM (SELECT cand.*, ($7::int8[])[rn] AS ord FROM cand) c)",
+        now = statement_now("$3"),
         live = fence::hands_out_work_sql("now"),
         pick = worker_pick(
             "(SELECT now FROM clk)",
@@ -506,10 +498,14 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// The worker claim: at most `$4` due or lease-expired occurrences of one queue, picked and
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
 /// lease length in ms (NULL: each occurrence's own), `$7` the caller's instant or NULL, for the
-/// liveness gate ([`gate_now`]).
+/// liveness gate ([`statement_now`]).
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
-        &worker_pick("$3", &fence::hands_out_work_sql(&gate_now("$7")), "pick"),
+        &worker_pick(
+            "$3",
+            &fence::hands_out_work_sql(&statement_now("$7")),
+            "pick",
+        ),
         "$5",
         "$3",
         "$3 + COALESCE($6::int8, o.lease_ms)",
@@ -664,7 +660,7 @@ fn claimed_row(r: &Row, now: i64, lease_col: usize) -> R<Claimed> {
 }
 
 /// The overlap-constrained candidates of a claim, locked: `$1` tenant, `$2` queue, `$3` now,
-/// `$4` how many, `$5` the caller's instant or NULL (for the liveness gate, [`gate_now`]).
+/// `$4` how many, `$5` the caller's instant or NULL (for the liveness gate, [`statement_now`]).
 static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT seq, schedule_id, overlap, state FROM occurrences
@@ -674,7 +670,7 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
             AND {}
           ORDER BY priority DESC, available_at, seq LIMIT $4
           FOR UPDATE SKIP LOCKED",
-        fence::hands_out_work_sql(&gate_now("$5"))
+        fence::hands_out_work_sql(&statement_now("$5"))
     )
 });
 
@@ -731,10 +727,7 @@ async fn claim_constrained<C: GenericClient>(
         match decision {
             fence::OverlapDecision::Claim => {
                 // The schedule's lock may have been waited for: dated from now (as above).
-                let now = match p.now {
-                    Some(_) => now,
-                    None => resolve_now(tx, None).await?,
-                };
+                let now = resolve_now(tx, p.now).await?;
                 out.extend(claim_seqs(tx, &[seq], &p.worker_id, now, lease).await?);
             }
             fence::OverlapDecision::Wait => {
@@ -762,7 +755,7 @@ static RELAY_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
           WHERE o.settled_at IS NULL AND o.available_at <= $1 AND {}
           ORDER BY o.available_at LIMIT $2
           FOR UPDATE OF o, occ SKIP LOCKED",
-        fence::hands_out_work_sql(&gate_now("$3"))
+        fence::hands_out_work_sql(&statement_now("$3"))
     )
 });
 

@@ -29,6 +29,15 @@ async fn in_new_schema() -> Option<(String, String, Harness)> {
     Some((url, schema, h))
 }
 
+/// A connection of its own to the test database (closed when dropped).
+async fn session(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
 async fn postgres() -> Option<Harness> {
     in_new_schema().await.map(|(_, _, h)| h)
 }
@@ -45,11 +54,8 @@ fn attempts_opened_by_older_versions_end_in_place() {
         &rt,
         h,
         |sql| async move {
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            session(&url)
                 .await
-                .expect("connect");
-            tokio::spawn(conn);
-            client
                 .batch_execute(&format!("SET search_path TO {schema}; {sql}"))
                 .await
                 .expect("legacy rows");
@@ -69,10 +75,7 @@ fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
         h,
         |key| async move {
             // A session of its own: the lock is released when the connection closes.
-            let (client, conn) = tokio_postgres::connect(&hold_url, tokio_postgres::NoTls)
-                .await
-                .expect("connect");
-            let task = tokio::spawn(conn);
+            let client = session(&hold_url).await;
             client
                 .execute(
                     "SELECT pg_advisory_lock(hashtextextended('campanile/queue/' || $1, 0))",
@@ -80,16 +83,13 @@ fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
                 )
                 .await
                 .expect("queue lock");
-            (client, task)
+            client
         },
         |key| {
             let url = url.clone();
             async move {
-                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                session(&url)
                     .await
-                    .expect("connect");
-                tokio::spawn(conn);
-                client
                     .query_one(
                         "SELECT count(*) FROM pg_locks
                           WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1

@@ -150,6 +150,14 @@ impl SqliteStore {
             .as_millisecond()
     }
 
+    /// [`SqliteStore::now`], read when the returned function is called — in the writer, for a
+    /// claim: one that waited (behind a long job) is judged by the liveness gate, and leased,
+    /// as of when it runs, not when it was queued.
+    fn now_when_run(&self, now: Option<Timestamp>) -> impl FnOnce() -> i64 + Send + 'static {
+        let clock = self.inner.clock.clone();
+        move || now.unwrap_or_else(|| clock.now()).as_millisecond()
+    }
+
     async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -200,14 +208,9 @@ impl Store for SqliteStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        let clock = self.inner.clock.clone();
+        let now = self.now_when_run(p.now);
         let claims = self
-            .write(move |c| {
-                // The instant is read in the writer, not when the claim was queued: a claim
-                // that waited (behind a long job) is judged, and leased, as of when it runs.
-                let now = p.now.unwrap_or_else(|| clock.now()).as_millisecond();
-                ops::occurrence_claim(c, &p, now)
-            })
+            .write(move |c| ops::occurrence_claim(c, &p, now()))
             .await?;
         if claims.is_empty() {
             return Ok(claims);
@@ -230,14 +233,8 @@ impl Store for SqliteStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        let clock = self.inner.clock.clone();
-        let relayed = self
-            .write(move |c| {
-                // As for worker claims: the instant is when the claim runs.
-                let now = p.now.unwrap_or_else(|| clock.now()).as_millisecond();
-                ops::relay_claim(c, &p, now)
-            })
-            .await?;
+        let now = self.now_when_run(p.now);
+        let relayed = self.write(move |c| ops::relay_claim(c, &p, now())).await?;
         if relayed.is_empty() {
             return Ok(relayed);
         }
