@@ -3,11 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use campanile_sdk::{Client, Job, JobError, Worker, WorkerConfig};
+use common::{free_port, wait_for};
 use serde_json::json;
 
 struct Server {
@@ -22,14 +25,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn start_server() -> Server {
@@ -66,14 +61,7 @@ fn start_server_with(extra: &[&str]) -> Server {
         .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
         .expect("the first start prints the default tenant's key");
     let url = format!("http://127.0.0.1:{port}");
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(port, "/readyz", 200);
     Server {
         child,
         url,
@@ -300,11 +288,7 @@ fn serve_killed_after_planning_records_what_came_due_while_down_as_missed() {
         .spawn()
         .unwrap();
     server.url = format!("http://127.0.0.1:{port}");
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(20), "no restart");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(port, "/readyz", 200);
     rt.block_on(async {
         let client = Client::new(&server.url, &server.key).unwrap();
         let page = client

@@ -104,6 +104,15 @@ impl ApiError {
         )
     }
 
+    /// 503 `unavailable` with `Retry-After: 1`: the node has not finished its first planning
+    /// pass (it judges what came due while the deployment was down before it serves anything).
+    pub fn node_starting() -> ApiError {
+        ApiError::retry_shortly(
+            "this node is starting: its first planning pass (which judges what came due while \
+             the deployment was down) has not finished; retry shortly",
+        )
+    }
+
     /// 503 `unavailable` with `Retry-After: 1`: no work is handed out for a moment.
     fn retry_shortly(message: impl Into<String>) -> ApiError {
         let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);

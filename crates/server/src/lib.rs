@@ -248,6 +248,20 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         .with_state(state)
 }
 
+/// What a node serves while its first planning pass has not finished (it may be retried for
+/// as long as the database is away): `/healthz` answers (the process is alive, a supervisor
+/// must not restart it), `/readyz` and every other route answer 503 with `Retry-After`, and
+/// `/metrics` and `/openapi.json` are served. Swapped for [`router`] once the pass is done.
+pub fn starting_router() -> Router {
+    let metrics = metrics_handle();
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(|| async { ApiError::node_starting() }))
+        .route("/metrics", get(move || async move { metrics.render() }))
+        .route("/openapi.json", get(openapi_json))
+        .fallback(|| async { ApiError::node_starting() })
+}
+
 /// Every metric Campanile exports, described and present from the start (at zero), so that
 /// dashboards and alerts see them before the first event. Label sets are bounded: no tenant
 /// or occurrence ids.

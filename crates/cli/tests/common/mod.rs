@@ -1,0 +1,56 @@
+//! Helpers shared by the CLI's integration tests: a free port and plain HTTP/1.1 requests
+//! to a `campanile serve` child.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 request; `(status, the whole response)`, or `None` when nothing answers
+/// within 5 s.
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    let body = if method == "POST" { "{}" } else { "" };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.get(9..12)?.parse().ok()?;
+    Some((status, out))
+}
+
+pub(crate) fn wait_for(port: u16, path: &str, status: u16) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some((s, out)) = http(port, "GET", path, None)
+            && s == status
+        {
+            return out;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "GET {path} never answered {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

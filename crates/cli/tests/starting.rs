@@ -1,0 +1,106 @@
+//! `campanile serve` while its first planning pass cannot finish (here: another session holds
+//! a lock the pass needs): probes and clients get answers, not timeouts, and the node serves
+//! fully once the pass is done. Needs `CAMPANILE_TEST_PG_URL`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{free_port, http, wait_for};
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(database: &str, port: u16) -> Serve {
+    Serve(
+        Command::new(env!("CARGO_BIN_EXE_campanile"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--database", database])
+            .env("CAMPANILE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn serve_answers_probes_while_its_first_pass_waits() {
+    let Ok(base) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set");
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
+    let (admin, conn) = rt
+        .block_on(tokio_postgres::connect(&base, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    rt.block_on(admin.batch_execute(&format!("CREATE SCHEMA {schema}")))
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let database = format!("{base}{sep}options=-csearch_path%3D{schema}");
+
+    // A first start sets the schema up and prints the default tenant's key.
+    let port = free_port();
+    let mut first = serve(&database, port);
+    let key = BufReader::new(first.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
+        .expect("the first start prints the default tenant's key");
+    wait_for(port, "/readyz", 200);
+    drop(first);
+
+    // Another session holds the table of liveness marks: the next node's first pass (which
+    // writes its mark) waits behind it.
+    let (holder, conn) = rt
+        .block_on(tokio_postgres::connect(&database, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    rt.block_on(holder.batch_execute("BEGIN; LOCK TABLE planner_nodes IN ACCESS EXCLUSIVE MODE"))
+        .unwrap();
+    let port = free_port();
+    let mut second = serve(&database, port);
+
+    // Alive, not ready, and every API route a 503 that says why and when to retry.
+    wait_for(port, "/healthz", 200);
+    let (status, out) = http(port, "GET", "/readyz", None).expect("/readyz answers");
+    assert_eq!(status, 503, "{out}");
+    assert!(out.contains("\"unavailable\""), "{out}");
+    assert!(out.contains("first planning pass"), "{out}");
+    assert!(out.to_ascii_lowercase().contains("retry-after: 1"), "{out}");
+    let (status, out) = http(port, "POST", "/v1/queues/q/claim", Some(&key)).unwrap();
+    assert_eq!(status, 503, "{out}");
+    let (status, out) = http(port, "GET", "/metrics", None).unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert!(out.contains("campanile_occurrences_planned_total"), "{out}");
+    // Still waiting, still answering.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(second.0.try_wait().unwrap().is_none(), "serve exited");
+    let (status, _) = http(port, "GET", "/readyz", None).unwrap();
+    assert_eq!(status, 503);
+
+    // The lock goes: the pass finishes and the node serves the API.
+    rt.block_on(holder.batch_execute("COMMIT")).unwrap();
+    wait_for(port, "/readyz", 200);
+    let (status, out) = http(port, "GET", "/v1/schedules", Some(&key)).unwrap();
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = http(port, "GET", "/v1/no-such-route", Some(&key)).unwrap();
+    assert_eq!(status, 404, "the full router answers: {out}");
+
+    drop(second.0.stdout.take());
+    drop(second);
+    rt.block_on(admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")))
+        .unwrap();
+}
