@@ -34,6 +34,20 @@ fn serve(database: &str, port: u16) -> Serve {
     )
 }
 
+/// The test's schema, dropped when the test ends, passed or not.
+struct Scratch {
+    rt: tokio::runtime::Runtime,
+    admin: tokio_postgres::Client,
+    schema: String,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        let _ = self.rt.block_on(self.admin.batch_execute(&drop));
+    }
+}
+
 #[test]
 fn serve_answers_probes_while_its_first_pass_waits() {
     let Ok(base) = std::env::var("CAMPANILE_TEST_PG_URL") else {
@@ -48,6 +62,12 @@ fn serve_answers_probes_while_its_first_pass_waits() {
     rt.spawn(conn);
     rt.block_on(admin.batch_execute(&format!("CREATE SCHEMA {schema}")))
         .unwrap();
+    let scratch = Scratch {
+        rt,
+        admin,
+        schema: schema.clone(),
+    };
+    let rt = &scratch.rt;
     let sep = if base.contains('?') { '&' } else { '?' };
     let database = format!("{base}{sep}options=-csearch_path%3D{schema}");
 
@@ -101,6 +121,4 @@ fn serve_answers_probes_while_its_first_pass_waits() {
 
     drop(second.0.stdout.take());
     drop(second);
-    rt.block_on(admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")))
-        .unwrap();
 }
