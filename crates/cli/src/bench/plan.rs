@@ -253,6 +253,18 @@ pub(crate) async fn seed_and_pass(
         .map_err(err)?
         .resumed;
     let resume_seconds = started.elapsed().as_secs_f64();
+    // Stop both nodes by the real clock: their shard leases and liveness marks run into 2030,
+    // and a node started on this database (`bench scale` measures one) would otherwise take
+    // no shard, or only its share among nodes it believes alive.
+    for node in ["bench", "bench-restarted"] {
+        store
+            .shard_release(ShardRelease {
+                node: node.into(),
+                now: None,
+            })
+            .await
+            .map_err(err)?;
+    }
     if resumed.missed != u64::from(due) {
         return Err(CliError::runtime(format!(
             "the node coming back recorded {} occurrences MISSED, expected {due}",

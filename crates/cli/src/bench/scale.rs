@@ -66,8 +66,15 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
             let memory = tokio::task::spawn_blocking(move || serve_memory(&database, args.settle))
                 .await
                 .map_err(|e| CliError::runtime(format!("measuring serve failed: {e}")))??;
-            run["serve_rss_bytes"] = json!(memory.0);
-            run["serve_peak_rss_bytes"] = json!(memory.1);
+            if memory.shards_held.is_some_and(|n| n < 1.0) {
+                return Err(CliError::runtime(
+                    "the measured serve holds no planner shard: it plans nothing, and its memory \
+                     would not reflect the stored schedules",
+                ));
+            }
+            run["serve_rss_bytes"] = json!(memory.rss);
+            run["serve_peak_rss_bytes"] = json!(memory.peak_rss);
+            run["serve_shards_held"] = json!(memory.shards_held);
             bench_db.finish().await?;
             runs.push(run);
         }
@@ -133,8 +140,9 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
 }
 
 /// Starts `campanile serve` on `database`, waits until it answers `/readyz`, lets it run for
-/// `settle` seconds, and reads its resident memory (current and peak) from /proc.
-fn serve_memory(database: &str, settle: u64) -> Result<(Option<u64>, Option<u64>), CliError> {
+/// `settle` seconds, and reads its resident memory (current and peak) from /proc and how
+/// many shards it holds.
+fn serve_memory(database: &str, settle: u64) -> Result<ServeReading, CliError> {
     let exe = std::env::current_exe()
         .map_err(|e| CliError::runtime(format!("cannot find this executable: {e}")))?;
     let port = TcpListener::bind("127.0.0.1:0")
@@ -161,7 +169,34 @@ fn serve_memory(database: &str, settle: u64) -> Result<(Option<u64>, Option<u64>
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(settle));
-    Ok(rss(serve.0.id()))
+    let (current, peak) = rss(serve.0.id());
+    Ok(ServeReading {
+        rss: current,
+        peak_rss: peak,
+        shards_held: shards_held(port),
+    })
+}
+
+/// What `serve_memory` read off the running `serve`.
+struct ServeReading {
+    rss: Option<u64>,
+    peak_rss: Option<u64>,
+    /// `campanile_planner_shards_held` from its `/metrics`: a node that holds no shard plans
+    /// nothing, and its memory would say nothing about the stored schedules.
+    shards_held: Option<f64>,
+}
+
+/// The node's `campanile_planner_shards_held` gauge, read from `GET /metrics`.
+fn shards_held(port: u16) -> Option<f64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.lines()
+        .find_map(|l| l.strip_prefix("campanile_planner_shards_held "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Whether `GET /readyz` answers 200.
