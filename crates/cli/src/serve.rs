@@ -106,6 +106,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), CliError> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: a log file, a pipe or journald gets plain
+        // text (field `key=value` pairs a log shipper can parse).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if !(1..=4096).contains(&args.shards) {
         return Err(CliError::usage("--shards must be between 1 and 4096"));

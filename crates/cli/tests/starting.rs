@@ -21,14 +21,14 @@ impl Drop for Serve {
     }
 }
 
-fn serve(database: &str, port: u16) -> Serve {
+fn serve(database: &str, port: u16, stderr: Stdio) -> Serve {
     Serve(
         Command::new(env!("CARGO_BIN_EXE_campanile"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--database", database])
             .env("CAMPANILE_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap(),
     )
@@ -48,11 +48,13 @@ impl Drop for Scratch {
     }
 }
 
-#[test]
-fn serve_answers_probes_while_its_first_pass_waits() {
+/// A schema of its own on `CAMPANILE_TEST_PG_URL` (dropped at the end), set up by a first
+/// `serve` that is then stopped: the database URL and the default tenant's key. `None` (with
+/// a notice) when the variable is unset.
+fn set_up() -> Option<(Scratch, String, String)> {
     let Ok(base) = std::env::var("CAMPANILE_TEST_PG_URL") else {
         eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set");
-        return;
+        return None;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
@@ -62,18 +64,13 @@ fn serve_answers_probes_while_its_first_pass_waits() {
     rt.spawn(conn);
     rt.block_on(admin.batch_execute(&format!("CREATE SCHEMA {schema}")))
         .unwrap();
-    let scratch = Scratch {
-        rt,
-        admin,
-        schema: schema.clone(),
-    };
-    let rt = &scratch.rt;
+    let scratch = Scratch { rt, admin, schema };
     let sep = if base.contains('?') { '&' } else { '?' };
-    let database = format!("{base}{sep}options=-csearch_path%3D{schema}");
+    let database = format!("{base}{sep}options=-csearch_path%3D{}", scratch.schema);
 
     // A first start sets the schema up and prints the default tenant's key.
     let port = free_port();
-    let mut first = serve(&database, port);
+    let mut first = serve(&database, port, Stdio::null());
     let key = BufReader::new(first.0.stdout.take().unwrap())
         .lines()
         .map_while(Result::ok)
@@ -81,6 +78,15 @@ fn serve_answers_probes_while_its_first_pass_waits() {
         .expect("the first start prints the default tenant's key");
     wait_for(port, "/readyz", 200);
     drop(first);
+    Some((scratch, database, key))
+}
+
+#[test]
+fn serve_answers_probes_while_its_first_pass_waits() {
+    let Some((scratch, database, key)) = set_up() else {
+        return;
+    };
+    let rt = &scratch.rt;
 
     // Another session holds the table of liveness marks: the next node's first pass (which
     // writes its mark) waits behind it.
@@ -91,7 +97,7 @@ fn serve_answers_probes_while_its_first_pass_waits() {
     rt.block_on(holder.batch_execute("BEGIN; LOCK TABLE planner_nodes IN ACCESS EXCLUSIVE MODE"))
         .unwrap();
     let port = free_port();
-    let mut second = serve(&database, port);
+    let mut second = serve(&database, port, Stdio::null());
 
     // Alive, not ready, and every API route a 503 that says why and when to retry.
     wait_for(port, "/healthz", 200);
@@ -121,4 +127,57 @@ fn serve_answers_probes_while_its_first_pass_waits() {
 
     drop(second.0.stdout.take());
     drop(second);
+}
+
+/// A first pass that fails (here: a table it writes is missing) is retried with a WARN line
+/// per failure while the node answers probes, and the node serves once a pass succeeds.
+#[test]
+fn serve_retries_a_failing_first_pass_until_it_succeeds() {
+    let Some((scratch, database, key)) = set_up() else {
+        return;
+    };
+    let (rt, admin, schema) = (&scratch.rt, &scratch.admin, &scratch.schema);
+    rt.block_on(admin.batch_execute(&format!(
+        "ALTER TABLE {schema}.planner_nodes RENAME TO planner_nodes_away"
+    )))
+    .unwrap();
+    let port = free_port();
+    let mut node = serve(&database, port, Stdio::piped());
+    let stderr = node.0.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Two failures, the second after a backoff: retried, not given up.
+    let mut failures = Vec::new();
+    while failures.len() < 2 {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a WARN line for each failed first pass");
+        if line.contains("first planning pass failed") {
+            failures.push(line);
+        }
+    }
+    assert!(failures[0].contains("attempt=1"), "{failures:?}");
+    assert!(failures[1].contains("attempt=2"), "{failures:?}");
+    assert!(
+        failures[1].contains("planner_nodes"),
+        "says what failed: {failures:?}"
+    );
+    assert_eq!(http(port, "GET", "/healthz", None).unwrap().0, 200);
+    assert_eq!(http(port, "GET", "/readyz", None).unwrap().0, 503);
+    assert!(node.0.try_wait().unwrap().is_none(), "serve exited");
+
+    // The table is back: the next attempt succeeds.
+    rt.block_on(admin.batch_execute(&format!(
+        "ALTER TABLE {schema}.planner_nodes_away RENAME TO planner_nodes"
+    )))
+    .unwrap();
+    wait_for(port, "/readyz", 200);
+    let (status, out) = http(port, "GET", "/v1/schedules", Some(&key)).unwrap();
+    assert_eq!(status, 200, "{out}");
 }
