@@ -188,33 +188,21 @@ async fn serve(args: Settings) -> Result<(), CliError> {
                 .map_err(|e| CliError::nats(&e))?,
         )),
     };
-    let listen_err =
-        |e: std::io::Error| CliError::runtime(format!("cannot listen on {}: {e}", args.listen));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .and_then(tokio::net::TcpListener::into_std)
-        .map_err(listen_err)?;
+        .map_err(|e| CliError::runtime(format!("cannot listen on {}: {e}", args.listen)))?;
     // Metrics from the first planning pass on are exported.
     campanile_server::install_metrics();
-    // Until the first pass is done (it is retried for as long as the database is away), the
-    // socket is served by the starting router: `/healthz` answers, everything else is a 503
-    // with `Retry-After` — a probe or a client gets an answer, not a timeout. It shares the
-    // socket (a second descriptor) with the full server that follows, so no connection is
-    // refused at the hand-over.
-    let (started_tx, started_rx) = tokio::sync::watch::channel(false);
-    let starting = {
-        let early = listener
-            .try_clone()
-            .and_then(tokio::net::TcpListener::from_std)
-            .map_err(listen_err)?;
-        let done = stopped(started_rx);
-        tokio::spawn(async move {
-            axum::serve(early, campanile_server::starting_router())
-                .with_graceful_shutdown(done)
-                .await
-        })
-    };
-    let listener = tokio::net::TcpListener::from_std(listener).map_err(listen_err)?;
+    // Served from now on: until the first pass is done (it is retried for as long as the
+    // database is away) the starting router answers — `/healthz` 200, everything else a 503
+    // with `Retry-After` — so a probe or a client gets an answer, not a timeout; then the full
+    // router, through the same server and connections.
+    let full = Arc::new(std::sync::OnceLock::new());
+    let server = tokio::spawn(
+        axum::serve(listener, campanile_server::until_ready(Arc::clone(&full)))
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
+    );
     let mut planner = PlannerConfig::new(node.clone());
     planner.shards = args.shards;
     // Before anything is claimed or relayed: if the whole control plane was down, what it had
@@ -249,8 +237,8 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     let engine = tokio::select! {
         engine = first_pass => engine,
         _ = stopped(stop_rx.clone()) => {
-            let _ = started_tx.send(true);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), starting).await;
+            // The server stops accepting on the same signal; what it is answering finishes.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
             // Stopped during the first pass: give up what it may have taken, as a graceful
             // stop does, so that another node need not wait out the lease.
             let release = store.shard_release(ShardRelease { node, now: None });
@@ -288,12 +276,14 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         args.listen,
         db::redact(&args.database)
     );
-    // The starting router stops accepting; what it is answering finishes in the background.
-    let _ = started_tx.send(true);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(stopped(stop_rx))
-        .await;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), starting).await;
+    // From the next request on, every connection is answered by the full router.
+    let _ = full.set(app);
+    let served = match server.await {
+        Ok(served) => served,
+        Err(e) => Err(std::io::Error::other(format!(
+            "the server task failed: {e}"
+        ))),
+    };
     // In-flight requests are done (or the server failed); stop relaying, then planning and
     // sweeping, and hand the shards over.
     if let Some((stop, task)) = relay {

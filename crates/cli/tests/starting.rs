@@ -34,6 +34,38 @@ fn serve(database: &str, port: u16, stderr: Stdio) -> Serve {
     )
 }
 
+/// One `GET` on a keep-alive connection: the status and the body of its one response.
+fn exchange(s: &mut std::net::TcpStream, path: &str, key: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte)
+            .expect("a response on the kept connection");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .expect("a content-length");
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).unwrap();
+    (
+        head[9..12].parse().unwrap(),
+        String::from_utf8(body).unwrap(),
+    )
+}
+
 /// The test's schema, dropped when the test ends, passed or not.
 struct Scratch {
     rt: tokio::runtime::Runtime,
@@ -108,6 +140,15 @@ fn serve_answers_probes_while_its_first_pass_waits() {
     assert!(out.to_ascii_lowercase().contains("retry-after: 1"), "{out}");
     let (status, out) = http(port, "POST", "/v1/queues/q/claim", Some(&key)).unwrap();
     assert_eq!(status, 503, "{out}");
+    assert!(out.contains("first planning pass"), "{out}");
+    let (status, out) = http(port, "POST", "/healthz", None).unwrap();
+    assert_eq!(status, 503, "a wrong method answers JSON too: {out}");
+    assert!(out.contains("\"unavailable\""), "{out}");
+    // A keep-alive connection opened now is answered by the full router later.
+    let mut kept = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (status, _) = exchange(&mut kept, "/readyz", &key);
+    assert_eq!(status, 503);
     let (status, out) = http(port, "GET", "/metrics", None).unwrap();
     assert_eq!(status, 200, "{out}");
     assert!(out.contains("campanile_occurrences_planned_total"), "{out}");
@@ -124,6 +165,11 @@ fn serve_answers_probes_while_its_first_pass_waits() {
     assert_eq!(status, 200, "{out}");
     let (status, out) = http(port, "GET", "/v1/no-such-route", Some(&key)).unwrap();
     assert_eq!(status, 404, "the full router answers: {out}");
+    let (status, body) = exchange(&mut kept, "/v1/schedules", &key);
+    assert_eq!(
+        status, 200,
+        "the kept connection now reaches the API: {body}"
+    );
 
     drop(second.0.stdout.take());
     drop(second);

@@ -249,9 +249,9 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
 }
 
 /// What a node serves while its first planning pass has not finished (it may be retried for
-/// as long as the database is away): `/healthz` answers (the process is alive, a supervisor
-/// must not restart it), `/readyz` and every other route answer 503 with `Retry-After`, and
-/// `/metrics` and `/openapi.json` are served. Swapped for [`router`] once the pass is done.
+/// as long as the database is away): `/healthz` answers (the process is alive), `/readyz` and
+/// every other route answer 503 with `Retry-After`, and `/metrics` and `/openapi.json` are
+/// served.
 pub fn starting_router() -> Router {
     let metrics = metrics_handle();
     Router::new()
@@ -259,7 +259,21 @@ pub fn starting_router() -> Router {
         .route("/readyz", get(|| async { ApiError::node_starting() }))
         .route("/metrics", get(move || async move { metrics.render() }))
         .route("/openapi.json", get(openapi_json))
+        .method_not_allowed_fallback(|| async { ApiError::node_starting() })
         .fallback(|| async { ApiError::node_starting() })
+}
+
+/// One service for the node's whole life: it answers as [`starting_router`] until `full` is
+/// set (when the first planning pass is done), then as `full`. One listener and one server
+/// throughout, so that no connection — an idle keep-alive one or one whose request is still
+/// in flight — is dropped when the node becomes ready.
+pub fn until_ready(full: Arc<OnceLock<Router>>) -> Router {
+    use tower::ServiceExt;
+    let starting = starting_router();
+    Router::new().fallback_service(tower::service_fn(move |req: axum::extract::Request| {
+        let router = full.get().cloned().unwrap_or_else(|| starting.clone());
+        router.oneshot(req)
+    }))
 }
 
 /// Every metric Campanile exports, described and present from the start (at zero), so that
