@@ -4,6 +4,7 @@ mod admin;
 mod bench;
 mod db;
 mod preview;
+mod reconcile;
 mod serve;
 
 use std::process::ExitCode;
@@ -31,6 +32,10 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Key(admin::KeyCommand),
+    /// Recompute, for a tenant and a time range, the occurrences every schedule version should
+    /// have and classify each (succeeded, failed, canceled, missed, skipped, pending, not
+    /// planned yet, or missing); exit status 3 when any is missing or unexpected.
+    Reconcile(reconcile::ReconcileArgs),
     /// Create or upgrade the database schema (also done on every start).
     Migrate {
         /// SQLite file path, or a postgres:// URL.
@@ -54,6 +59,14 @@ impl CliError {
     pub(crate) fn usage(message: impl Into<String>) -> CliError {
         CliError {
             code: 2,
+            message: message.into(),
+        }
+    }
+
+    /// A check that ran and found problems (`reconcile`): exit code 3.
+    pub(crate) fn findings(message: impl Into<String>) -> CliError {
+        CliError {
+            code: 3,
             message: message.into(),
         }
     }
@@ -95,6 +108,7 @@ fn main() -> ExitCode {
         Command::Preview(args) => preview::run(&args),
         Command::Tenant(cmd) => admin::tenant(cmd),
         Command::Key(cmd) => admin::key(cmd),
+        Command::Reconcile(args) => reconcile::run(args),
         Command::Migrate { database } => migrate(&database),
         Command::Bench(cmd) => bench::run(cmd),
     };

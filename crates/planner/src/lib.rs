@@ -4,12 +4,15 @@
 //!   plan, update / pause / resume / cancel it (each a new version).
 //! - [`materialize`]: the pure decision for one schedule — which instants to insert as runs,
 //!   which as `MISSED` records (or one summary for a very long gap), where to continue.
+//! - [`reconcile`]: recompute the instants a schedule's versions expect in a range and
+//!   classify each by what was recorded (`MISSING` is a bug).
 //! - [`Planner`]: holds shard leases and commits planning batches, fenced by those leases; its
 //!   loop wakes for the next due instant.
 
 mod engine;
 pub mod materialize;
 mod planner;
+pub mod reconcile;
 pub mod schedules;
 
 pub use engine::{Engine, SweepConfig};

@@ -10,3 +10,4 @@ mod overlap;
 mod planning;
 mod processes;
 mod races;
+mod reconcile;

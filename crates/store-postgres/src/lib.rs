@@ -555,4 +555,8 @@ impl Store for PgStore {
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
         schedules::missed_range_list(&self.client().await?, p).await
     }
+
+    async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
+        schedules::schedule_versions(&self.client().await?, p.tenant, p.id).await
+    }
 }

@@ -143,6 +143,33 @@ pub(crate) async fn queue_insert<C: GenericClient>(
     }
 }
 
+pub(crate) async fn schedule_versions<C: GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<Vec<ScheduleVersion>> {
+    query(
+        c,
+        &format!(
+            "SELECT v.version, v.created_at, {SPEC_COLS}
+               FROM schedule_versions v JOIN schedules s ON s.id = v.schedule_id
+              WHERE v.schedule_id = $1 AND s.tenant_id = $2
+              ORDER BY v.version"
+        ),
+        &[&id.0, &tenant.0],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(ScheduleVersion {
+            version: u32_of(r.get(0)),
+            created_at: ts(r.get(1))?,
+            spec: spec_row(r, 2)?,
+        })
+    })
+    .collect()
+}
+
 pub(crate) async fn schedule_get<C: GenericClient>(
     c: &C,
     tenant: TenantId,

@@ -466,4 +466,9 @@ impl Store for SqliteStore {
         self.read(move |c| schedules::missed_range_list(c, &p))
             .await
     }
+
+    async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
+        self.read(move |c| schedules::schedule_versions(c, p.tenant, p.id))
+            .await
+    }
 }

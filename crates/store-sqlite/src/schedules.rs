@@ -103,6 +103,36 @@ pub(crate) fn queue_set(c: &Connection, e: QueueEntry, next: Option<i64>) -> R<(
     Ok(())
 }
 
+pub(crate) fn schedule_versions(
+    c: &Connection,
+    tenant: TenantId,
+    id: ScheduleId,
+) -> R<Vec<ScheduleVersion>> {
+    let rows = c
+        .prepare_cached(&format!(
+            "SELECT v.version, v.created_at, {SPEC_COLS}
+               FROM schedule_versions v JOIN schedules s ON s.id = v.schedule_id
+              WHERE v.schedule_id = ?1 AND s.tenant_id = ?2
+              ORDER BY v.version"
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![id.0, tenant.0], |r| {
+                Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?, spec_row(r, 2)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?;
+    rows.into_iter()
+        .map(|(version, created, spec)| {
+            Ok(ScheduleVersion {
+                version,
+                spec: spec?,
+                created_at: ts(created)?,
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn schedule_get(
     c: &Connection,
     tenant: TenantId,

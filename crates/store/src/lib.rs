@@ -211,4 +211,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Summaries of long misfire gaps of a schedule.
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError>;
+
+    /// Every version of a schedule, oldest first: each definition and when it took effect
+    /// (empty when the tenant has no such schedule). What `campanile reconcile` recomputes
+    /// the expected occurrences from.
+    async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError>;
 }

@@ -524,6 +524,17 @@ pub struct DueSchedule {
     pub spec: ScheduleSpec,
 }
 
+/// One version of a schedule: a definition and when it took effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleVersion {
+    /// Version number (1 at creation; each update, pause and cancel adds one).
+    pub version: u32,
+    /// The definition.
+    pub spec: ScheduleSpec,
+    /// When it was written: the update, pause or cancel that made it, or the creation.
+    pub created_at: Timestamp,
+}
+
 /// Misfired instants summarized in one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissedRange {

@@ -1,0 +1,240 @@
+//! `campanile reconcile`: offline, for one tenant and a time range, recompute from every
+//! schedule version and its calendar the occurrences that should exist, and classify each as
+//! succeeded, failed, canceled, missed, skipped, pending, not planned yet — or missing (a bug).
+//! Exit status 3 when anything is missing or unexpected.
+
+use std::collections::BTreeMap;
+
+use campanile_core::ScheduleId;
+use campanile_planner::reconcile::{Class, Finding, Range, Reconciliation, reconcile};
+use campanile_store::{ScheduleList, Store, TenantId};
+use clap::Args;
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use crate::{CliError, db};
+
+/// Arguments of `campanile reconcile`.
+#[derive(Debug, Args)]
+pub(crate) struct ReconcileArgs {
+    /// The tenant whose schedules to reconcile.
+    #[arg(long)]
+    tenant: String,
+    /// Only this schedule (its id).
+    #[arg(long)]
+    schedule: Option<uuid::Uuid>,
+    /// Start of the range, RFC 3339 (e.g. 2026-11-29T00:00:00Z) [default: 24 hours before --to].
+    #[arg(long)]
+    from: Option<Timestamp>,
+    /// End of the range (exclusive), RFC 3339 [default: now, by the database's clock].
+    #[arg(long)]
+    to: Option<Timestamp>,
+    /// At most this many expected instants per schedule; a schedule with more is reconciled
+    /// up to where the limit is reached, and the report says so.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_instants: usize,
+    /// SQLite file path, or a postgres:// URL.
+    #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+    database: String,
+    /// Print one JSON object (the whole report) as the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Findings listed in a report, per kind (the counts are always complete).
+const LISTED: usize = 1_000;
+
+pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
+    if args.max_instants == 0 {
+        return Err(CliError::usage("--max-instants must be positive"));
+    }
+    crate::block_on(async move {
+        let store = db::open(&args.database, None).await?;
+        let store_err = |e: campanile_store::StoreError| CliError::runtime(format!("{e}"));
+        let tenant = store
+            .tenant_by_name(&args.tenant)
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| CliError::usage(format!("no tenant named '{}'", args.tenant)))?;
+        let now = store.store_now().await.map_err(store_err)?;
+        let to = args.to.unwrap_or(now);
+        let from = match args.from {
+            Some(f) => f,
+            None => to
+                .checked_sub(SignedDuration::from_hours(24))
+                .map_err(|e| CliError::usage(format!("--to: {e}")))?,
+        };
+        if from >= to {
+            return Err(CliError::usage(format!(
+                "--from ({from}) must be before --to ({to})"
+            )));
+        }
+        let range = Range {
+            from,
+            to,
+            now,
+            max_instants: args.max_instants,
+        };
+        let ids = match args.schedule {
+            Some(id) => vec![ScheduleId(id)],
+            None => schedule_ids(store.as_ref(), tenant.id).await?,
+        };
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let r = reconcile(store.as_ref(), tenant.id, id, &range)
+                .await
+                .map_err(|e| match e {
+                    campanile_planner::PlannerError::Store(
+                        campanile_store::StoreError::NotFound(_),
+                    ) => CliError::usage(format!(
+                        "tenant '{}' has no schedule {}",
+                        args.tenant, id.0
+                    )),
+                    e => CliError::runtime(format!("reconciling schedule {}: {e}", id.0)),
+                })?;
+            results.push(r);
+        }
+        let report = Report::new(&results);
+        report.print(&args.tenant, &range);
+        if args.json {
+            println!("{}", report.json(&args.tenant, &range));
+        }
+        if report.missing.is_empty() && report.unexpected.is_empty() {
+            Ok(())
+        } else {
+            Err(CliError::findings(format!(
+                "reconciliation found {} missing and {} unexpected occurrences",
+                report.missing.len(),
+                report.unexpected.len()
+            )))
+        }
+    })
+}
+
+/// Every schedule of the tenant, whatever its state.
+async fn schedule_ids(store: &dyn Store, tenant: TenantId) -> Result<Vec<ScheduleId>, CliError> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .schedule_list(ScheduleList {
+                tenant,
+                state: None,
+                queue: None,
+                after,
+                limit: 500,
+            })
+            .await
+            .map_err(|e| CliError::runtime(format!("listing schedules: {e}")))?;
+        out.extend(page.iter().map(|s| s.id));
+        match page.last() {
+            Some(last) if page.len() == 500 => after = Some(last.id),
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// The tenant's totals and findings.
+struct Report<'a> {
+    schedules: usize,
+    counts: BTreeMap<Class, u64>,
+    missing: Vec<(ScheduleId, &'a Finding)>,
+    unexpected: Vec<(ScheduleId, &'a Finding)>,
+    truncated: Vec<&'a Reconciliation>,
+}
+
+impl<'a> Report<'a> {
+    fn new(results: &'a [Reconciliation]) -> Report<'a> {
+        let mut counts = BTreeMap::new();
+        for r in results {
+            for (class, n) in &r.counts {
+                *counts.entry(*class).or_insert(0) += n;
+            }
+        }
+        Report {
+            schedules: results.len(),
+            counts,
+            missing: results
+                .iter()
+                .flat_map(|r| r.missing.iter().map(move |f| (r.schedule_id, f)))
+                .collect(),
+            unexpected: results
+                .iter()
+                .flat_map(|r| r.unexpected.iter().map(move |f| (r.schedule_id, f)))
+                .collect(),
+            truncated: results.iter().filter(|r| r.truncated).collect(),
+        }
+    }
+
+    fn print(&self, tenant: &str, range: &Range) {
+        println!(
+            "campanile reconcile — tenant '{tenant}', {} to {} (now {})",
+            range.from, range.to, range.now
+        );
+        let expected: u64 = self.counts.values().sum();
+        println!("{} schedules, {expected} expected instants", self.schedules);
+        let line: Vec<String> = Class::ALL
+            .iter()
+            .map(|c| format!("{} {}", c.as_str(), self.counts.get(c).unwrap_or(&0)))
+            .collect();
+        println!("{}", line.join("  "));
+        println!("unexpected {}", self.unexpected.len());
+        for (id, f) in self.missing.iter().take(LISTED) {
+            println!(
+                "MISSING     schedule {} version {} at {}",
+                id.0, f.version, f.scheduled_for
+            );
+        }
+        for (id, f) in self.unexpected.iter().take(LISTED) {
+            println!(
+                "UNEXPECTED  schedule {} version {} at {} ({})",
+                id.0,
+                f.version,
+                f.scheduled_for,
+                f.state.map_or("?", |s| s.as_str())
+            );
+        }
+        for r in &self.truncated {
+            println!(
+                "TRUNCATED   schedule {}: reconciled up to {} (--max-instants)",
+                r.schedule_id.0, r.covered_to
+            );
+        }
+    }
+
+    fn json(&self, tenant: &str, range: &Range) -> serde_json::Value {
+        let finding = |(id, f): &(ScheduleId, &Finding)| {
+            json!({
+                "schedule_id": id.0,
+                "version": f.version,
+                "scheduled_for": f.scheduled_for.to_string(),
+                "state": f.state.map(|s| s.as_str()),
+            })
+        };
+        let counts: serde_json::Map<String, serde_json::Value> = Class::ALL
+            .iter()
+            .map(|c| {
+                (
+                    c.as_str().to_string(),
+                    json!(self.counts.get(c).unwrap_or(&0)),
+                )
+            })
+            .collect();
+        json!({
+            "tenant": tenant,
+            "from": range.from.to_string(),
+            "to": range.to.to_string(),
+            "now": range.now.to_string(),
+            "schedules": self.schedules,
+            "counts": counts,
+            "missing_total": self.missing.len(),
+            "unexpected_total": self.unexpected.len(),
+            "missing": self.missing.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
+            "unexpected": self.unexpected.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
+            "truncated": self.truncated.iter().map(|r| json!({
+                "schedule_id": r.schedule_id.0,
+                "covered_to": r.covered_to.to_string(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}

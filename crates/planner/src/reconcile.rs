@@ -1,0 +1,298 @@
+//! Offline reconciliation: recompute, from a schedule's versions and their calendars, the
+//! instants that should have an occurrence in a time range, and classify every one by what
+//! the store recorded — or as `MISSING`, which is a bug.
+//!
+//! What is expected: version `v` (a definition that took effect at `created_at(v)`) expects
+//! its calendar's instants from `created_at(v)` (a one-off instant: whenever it is) up to the
+//! next version's `created_at`; the version that cancels a schedule expects nothing. An
+//! instant is classified by the occurrences recorded for it under any version (a pause retires
+//! an occurrence as `CANCELED` under the old version and the new one plans it again on
+//! resume), the summaries of long misfire gaps, and where the schedule's planning stands:
+//! an instant at or after that position, or after `now`, is not planned yet, which is not a
+//! loss. An occurrence at an instant its own version's calendar does not fire is reported as
+//! unexpected.
+
+use std::collections::{BTreeMap, HashMap};
+
+use campanile_calendar::Calendar;
+use campanile_core::{OccurrenceState, ScheduleId};
+use campanile_store::{
+    MissedRange, MissedRangeList, OccurrenceList, ScheduleGet, ScheduleState, Store, StoreError,
+    TenantId, Timing,
+};
+use jiff::{SignedDuration, Timestamp};
+
+use crate::{PlannerError, calendar_of};
+
+/// What each expected instant turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    /// Its occurrence succeeded.
+    Succeeded,
+    /// Its occurrence is a dead letter.
+    Failed,
+    /// Its occurrence was canceled (by the schedule's update, pause or cancel, or on its own).
+    Canceled,
+    /// Recorded as missed: a `MISSED` occurrence or inside a summarized misfire gap.
+    Missed,
+    /// Skipped by the overlap policy.
+    Skipped,
+    /// Planned and not finished: scheduled, ready, running or waiting to retry.
+    Pending,
+    /// Not planned yet: at or after where the schedule's planning stands, or in the future.
+    NotPlannedYet,
+    /// Should have an occurrence and has none, nor any record of why: a bug.
+    Missing,
+}
+
+impl Class {
+    /// Every class, in report order.
+    pub const ALL: [Class; 8] = [
+        Class::Succeeded,
+        Class::Failed,
+        Class::Canceled,
+        Class::Missed,
+        Class::Skipped,
+        Class::Pending,
+        Class::NotPlannedYet,
+        Class::Missing,
+    ];
+
+    /// The name in reports (`snake_case`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Succeeded => "succeeded",
+            Class::Failed => "failed",
+            Class::Canceled => "canceled",
+            Class::Missed => "missed",
+            Class::Skipped => "skipped",
+            Class::Pending => "pending",
+            Class::NotPlannedYet => "not_planned_yet",
+            Class::Missing => "missing",
+        }
+    }
+
+    fn of(state: OccurrenceState) -> Class {
+        match state {
+            OccurrenceState::Succeeded => Class::Succeeded,
+            OccurrenceState::Dead => Class::Failed,
+            OccurrenceState::Canceled => Class::Canceled,
+            OccurrenceState::Missed => Class::Missed,
+            OccurrenceState::SkippedOverlap => Class::Skipped,
+            _ => Class::Pending,
+        }
+    }
+}
+
+/// The time range to reconcile.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    /// Instants at or after this.
+    pub from: Timestamp,
+    /// Instants before this.
+    pub to: Timestamp,
+    /// The present: later instants are not expected to be planned yet.
+    pub now: Timestamp,
+    /// At most this many expected instants per schedule; past it the result says `truncated`
+    /// and covers the range up to `covered_to`.
+    pub max_instants: usize,
+}
+
+/// One instant worth reporting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The version that expects it (missing) or that planned it (unexpected).
+    pub version: u32,
+    /// The instant.
+    pub scheduled_for: Timestamp,
+    /// The recorded state (unexpected occurrences).
+    pub state: Option<OccurrenceState>,
+}
+
+/// One schedule's reconciliation.
+#[derive(Debug, Clone)]
+pub struct Reconciliation {
+    /// The schedule.
+    pub schedule_id: ScheduleId,
+    /// Expected instants per class.
+    pub counts: BTreeMap<Class, u64>,
+    /// Expected instants with no occurrence and no record of why.
+    pub missing: Vec<Finding>,
+    /// Occurrences at instants their version's calendar does not fire.
+    pub unexpected: Vec<Finding>,
+    /// Whether `max_instants` cut the range short.
+    pub truncated: bool,
+    /// The range actually covered ends here (the range's end unless truncated).
+    pub covered_to: Timestamp,
+}
+
+impl Reconciliation {
+    /// Whether anything is wrong: a missing or an unexpected occurrence.
+    pub fn has_problems(&self) -> bool {
+        !self.missing.is_empty() || !self.unexpected.is_empty()
+    }
+}
+
+/// Reconciles one schedule of `tenant` over `range`.
+///
+/// # Errors
+///
+/// [`StoreError::NotFound`] (inside [`PlannerError::Store`]) for a schedule the tenant does
+/// not have; store failures; a stored definition whose calendar no longer builds (e.g. a time
+/// zone the system database lost).
+pub async fn reconcile(
+    store: &dyn Store,
+    tenant: TenantId,
+    id: ScheduleId,
+    range: &Range,
+) -> Result<Reconciliation, PlannerError> {
+    let get = ScheduleGet { tenant, id };
+    let record = store
+        .schedule_get(get.clone())
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
+    let versions = store.schedule_versions(get).await?;
+    // Where planning stands: later instants are not planned yet.
+    let position = match record.state {
+        ScheduleState::Active => store.schedule_position(tenant, id).await?,
+        ScheduleState::Paused => record.next_run_at,
+        _ => None,
+    };
+    let calendars: HashMap<u32, Calendar> = versions
+        .iter()
+        .map(|v| Ok((v.version, calendar_of(&v.spec)?)))
+        .collect::<Result<_, PlannerError>>()?;
+
+    // The expected instants, each with the version that expects it and whether it falls on
+    // that version's first millisecond (the definition took effect within that millisecond,
+    // so whether it planned the instant is not decidable from the stored instants).
+    let mut expected: BTreeMap<Timestamp, (u32, bool)> = BTreeMap::new();
+    let mut covered_to = range.to;
+    let mut truncated = false;
+    for (i, v) in versions.iter().enumerate() {
+        let next = versions.get(i + 1).map(|n| n.created_at);
+        if next.is_none() && record.state == ScheduleState::Canceled {
+            break; // The cancel's own version expects nothing.
+        }
+        let one_off = matches!(v.spec.timing, Timing::At(_));
+        let low = if one_off {
+            range.from
+        } else {
+            range.from.max(v.created_at)
+        };
+        let high = next.map_or(covered_to, |n| n.min(covered_to));
+        let Some(cal) = calendars.get(&v.version) else {
+            continue;
+        };
+        let start = low
+            .checked_sub(SignedDuration::from_nanos(1))
+            .unwrap_or(low);
+        for at in cal.iter_after(start).take_while(|t| *t < high) {
+            if expected.len() >= range.max_instants && !expected.contains_key(&at) {
+                truncated = true;
+                covered_to = at;
+                break;
+            }
+            let boundary = !one_off && at == v.created_at;
+            expected.entry(at).or_insert((v.version, boundary));
+        }
+    }
+    expected.retain(|t, _| *t < covered_to);
+
+    let recorded = occurrences(store, tenant, id, range.from, covered_to, range.now).await?;
+    let gaps = store
+        .missed_range_list(MissedRangeList {
+            tenant,
+            schedule_id: id,
+        })
+        .await?;
+    let in_gap = |t: Timestamp| {
+        gaps.iter()
+            .any(|g: &MissedRange| g.first_at <= t && t <= g.last_at)
+    };
+
+    let mut out = Reconciliation {
+        schedule_id: id,
+        counts: BTreeMap::new(),
+        missing: Vec::new(),
+        unexpected: Vec::new(),
+        truncated,
+        covered_to,
+    };
+    for (&at, &(version, boundary)) in &expected {
+        let class = match recorded.get(&at) {
+            Some(found) => found
+                .iter()
+                .filter(|(_, s)| *s != OccurrenceState::Canceled)
+                .max_by_key(|(v, _)| *v)
+                .map_or(Class::Canceled, |(_, s)| Class::of(*s)),
+            None if in_gap(at) => Class::Missed,
+            None if boundary => continue,
+            None if at > range.now || position.is_some_and(|p| at >= p) => Class::NotPlannedYet,
+            None => {
+                out.missing.push(Finding {
+                    version,
+                    scheduled_for: at,
+                    state: None,
+                });
+                Class::Missing
+            }
+        };
+        *out.counts.entry(class).or_default() += 1;
+    }
+    for (&at, found) in &recorded {
+        for &(version, state) in found {
+            let fires = calendars.get(&version).is_some_and(|cal| {
+                let before = at.checked_sub(SignedDuration::from_nanos(1)).unwrap_or(at);
+                cal.next_after(before) == Some(at)
+            });
+            if !fires && state != OccurrenceState::Canceled {
+                out.unexpected.push(Finding {
+                    version,
+                    scheduled_for: at,
+                    state: Some(state),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The schedule's occurrences in `[from, to)`: per instant, each one's version and state.
+async fn occurrences(
+    store: &dyn Store,
+    tenant: TenantId,
+    id: ScheduleId,
+    from: Timestamp,
+    to: Timestamp,
+    now: Timestamp,
+) -> Result<BTreeMap<Timestamp, Vec<(u32, OccurrenceState)>>, PlannerError> {
+    const PAGE: u32 = 1_000;
+    let mut out: BTreeMap<Timestamp, Vec<(u32, OccurrenceState)>> = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .occurrence_list(OccurrenceList {
+                tenant,
+                schedule_id: Some(id),
+                state: None,
+                from: Some(from),
+                to: Some(to),
+                after,
+                limit: PAGE,
+                now: Some(now),
+            })
+            .await?;
+        for o in &page {
+            out.entry(o.scheduled_for)
+                .or_default()
+                .push((o.version, o.state));
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE as usize => {
+                after = Some((last.scheduled_for, last.id));
+            }
+            _ => return Ok(out),
+        }
+    }
+}

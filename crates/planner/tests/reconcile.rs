@@ -1,0 +1,275 @@
+//! Reconciliation: a day and a half of planning — a DST change, an outage, an update, a pause
+//! and resume, a cancel, a one-off — reconciles with nothing missing or unexpected; instants
+//! an update left unplanned behind a lagging planner are reported missing.
+
+use std::collections::BTreeMap;
+
+use campanile_calendar::DstPolicy;
+use campanile_core::{ErrorClass, Misfire, ScheduleId};
+use campanile_planner::reconcile::{Class, Range, Reconciliation, reconcile};
+use campanile_store::*;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::both;
+use crate::harness::*;
+
+fn utc(expr: &str) -> ScheduleSpec {
+    cron(expr, "UTC", DstPolicy::default())
+}
+
+async fn run(env: &Env, id: ScheduleId, from: Timestamp, to: Timestamp) -> Reconciliation {
+    let range = Range {
+        from,
+        to,
+        now: to,
+        max_instants: 100_000,
+    };
+    reconcile(env.store.as_ref(), env.tenant, id, &range)
+        .await
+        .unwrap()
+}
+
+fn count(r: &Reconciliation, class: Class) -> u64 {
+    r.counts.get(&class).copied().unwrap_or(0)
+}
+
+/// Claims what is due and finishes it: every fifth claim fails permanently (a dead letter),
+/// the rest succeed.
+async fn work(env: &Env, now: Timestamp, n: &mut u64) {
+    let claimed = env
+        .store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: env.tenant,
+            queue: "jobs".into(),
+            worker_id: "w".into(),
+            max: 100,
+            lease: Some(SignedDuration::from_secs(600)),
+            now: Some(now),
+        })
+        .await
+        .unwrap();
+    let items = claimed
+        .iter()
+        .map(|c| {
+            *n += 1;
+            FinishItem {
+                lease: LeaseRef {
+                    occurrence_id: c.id,
+                    epoch: c.epoch,
+                },
+                finish: if *n % 5 == 0 {
+                    Finish::Failed {
+                        class: ErrorClass::Permanent,
+                        message: "no".into(),
+                    }
+                } else {
+                    Finish::Succeeded { result: None }
+                },
+            }
+        })
+        .collect();
+    env.store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant: env.tenant,
+            worker_id: "w".into(),
+            items,
+            now: Some(now),
+        })
+        .await
+        .unwrap();
+}
+
+async fn a_planned_history_reconciles_with_nothing_missing(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    // Paris springs forward on 2026-03-29 at 01:00 UTC (02:00 local does not exist).
+    let t0 = ts("2026-03-28T12:00:00Z");
+    let create = async |spec: ScheduleSpec| {
+        s.create(env.tenant, spec, Some(t0))
+            .await
+            .unwrap()
+            .record
+            .id
+    };
+    let paris = create(cron("*/30 * * * *", "Europe/Paris", DstPolicy::default())).await;
+    let mut minutely = utc("* * * * *");
+    minutely.misfire = Misfire::FireOnce {
+        max_lateness: SignedDuration::from_secs(90),
+    };
+    let fire_once = create(minutely).await;
+    let updated = create(utc("0 * * * *")).await;
+    let paused = create(utc("*/10 * * * *")).await;
+    let canceled = create(utc("*/15 * * * *")).await;
+    let one_off = create(spec(Timing::At(plus(t0, 5 * 3600)))).await;
+
+    let end = plus(t0, 36 * 3600);
+    let (down, up) = (plus(t0, 20 * 3600), plus(t0, 23 * 3600));
+    let mut now = t0;
+    let mut n = 0;
+    while now < end {
+        let h = now.duration_since(t0).as_secs();
+        if h == 6 * 3600 {
+            s.update(env.tenant, updated, 1, utc("*/20 * * * *"), Some(now))
+                .await
+                .unwrap();
+        }
+        if h == 8 * 3600 {
+            s.transition(env.tenant, paused, ScheduleState::Paused, Some(now))
+                .await
+                .unwrap();
+        }
+        if h == 10 * 3600 {
+            s.transition(env.tenant, paused, ScheduleState::Active, Some(now))
+                .await
+                .unwrap();
+        }
+        if h == 12 * 3600 {
+            s.transition(env.tenant, canceled, ScheduleState::Canceled, Some(now))
+                .await
+                .unwrap();
+        }
+        // Three hours with nothing planned nor claimed: what came due is judged late.
+        if now < down || now >= up {
+            p.tick(Some(now)).await.unwrap();
+            work(&env, now, &mut n).await;
+        }
+        now = plus(now, 300);
+    }
+    p.tick(Some(end)).await.unwrap();
+
+    let mut results = BTreeMap::new();
+    for (name, id) in [
+        ("paris", paris),
+        ("fire_once", fire_once),
+        ("updated", updated),
+        ("paused", paused),
+        ("canceled", canceled),
+        ("one_off", one_off),
+    ] {
+        let r = run(&env, id, t0, end).await;
+        assert!(r.missing.is_empty(), "{name}: missing {:?}", r.missing);
+        assert!(
+            r.unexpected.is_empty(),
+            "{name}: unexpected {:?}",
+            r.unexpected
+        );
+        assert!(!r.truncated, "{name}");
+        results.insert(name, r);
+    }
+    let total = |name: &str| results[name].counts.values().sum::<u64>();
+    // Every instant of each definition in force, once: 36 h of half hours (the local hour
+    // Paris skips is no gap in UTC: 01:30 local is 00:30Z, 03:00 local 01:00Z); 6 h hourly
+    // then 30 h every 20 minutes; 12 h every quarter hour; one.
+    assert_eq!(total("paris"), 72);
+    assert_eq!(total("updated"), 6 + 30 * 3);
+    assert_eq!(total("canceled"), 12 * 4);
+    assert_eq!(total("paused"), 36 * 6);
+    assert_eq!(total("fire_once"), 36 * 60);
+    assert_eq!(count(&results["one_off"], Class::Succeeded), 1);
+    // The outage: under FIRE_ONCE what was planned before it ran late, of the rest the latest
+    // ran and the others are on record as missed.
+    let fo = &results["fire_once"];
+    assert!(count(fo, Class::Missed) >= 150, "{:?}", fo.counts);
+    assert!(count(fo, Class::Failed) > 0, "{:?}", fo.counts);
+    // The canceled schedule's planned-ahead instants are no longer expected; the hourly
+    // schedule's retired ones are not counted under the new definition either.
+    assert_eq!(count(&results["canceled"], Class::NotPlannedYet), 0);
+    // Every class adds up; nothing is left unclassified in the past.
+    for (name, r) in &results {
+        assert_eq!(count(r, Class::Missing), 0, "{name}");
+        assert_eq!(count(r, Class::NotPlannedYet), 0, "{name}: {:?}", r.counts);
+    }
+}
+
+both!(a_planned_history_reconciles_with_nothing_missing);
+
+/// An update replaces the planning position with the new definition's first instant: the old
+/// definition's instants that came due while the planner lagged behind (here: nothing planned
+/// for 40 minutes, the node still live) are never planned. Reconciliation reports them.
+async fn an_update_behind_a_lagging_planner_is_reported_missing(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let id = s
+        .create(env.tenant, utc("* * * * *"), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    p.tick(Some(t0)).await.unwrap(); // plans the next 15 minutes
+    let planned = instants(&env, id).await;
+    let last_planned = *planned.last().unwrap();
+    let at = plus(t0, 40 * 60);
+    s.update(env.tenant, id, 1, utc("*/5 * * * *"), Some(at))
+        .await
+        .unwrap();
+    p.tick(Some(at)).await.unwrap();
+    let r = run(&env, id, t0, plus(t0, 45 * 60)).await;
+    let missing: Vec<Timestamp> = r.missing.iter().map(|f| f.scheduled_for).collect();
+    let lost: Vec<Timestamp> = (1..)
+        .map(|k| plus(last_planned, 60 * k))
+        .take_while(|t| *t < at)
+        .collect();
+    assert!(!lost.is_empty());
+    assert_eq!(missing, lost, "{:?}", r.counts);
+    assert!(r.missing.iter().all(|f| f.version == 1));
+    assert!(r.unexpected.is_empty());
+    // What was planned and retired by the update is on record as canceled; the new
+    // definition's first instant is pending.
+    assert_eq!(count(&r, Class::Canceled), planned.len() as u64);
+    assert_eq!(count(&r, Class::Pending), 1);
+    // Both versions, oldest first; none of them for another tenant.
+    let versions = env
+        .store
+        .schedule_versions(ScheduleGet {
+            tenant: env.tenant,
+            id,
+        })
+        .await
+        .unwrap();
+    let numbers: Vec<u32> = versions.iter().map(|v| v.version).collect();
+    assert_eq!(numbers, [1, 2]);
+    assert_eq!(versions[1].created_at, at);
+    let other = env
+        .store
+        .tenant_create(TenantCreate {
+            name: "other".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    let theirs = env
+        .store
+        .schedule_versions(ScheduleGet { tenant: other, id })
+        .await
+        .unwrap();
+    assert!(theirs.is_empty());
+    let range = Range {
+        from: t0,
+        to: at,
+        now: at,
+        max_instants: 10,
+    };
+    let err = reconcile(env.store.as_ref(), other, id, &range)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+    // A limit cuts the range short and says where.
+    let short = reconcile(
+        env.store.as_ref(),
+        env.tenant,
+        id,
+        &Range {
+            max_instants: 10,
+            ..range
+        },
+    )
+    .await
+    .unwrap();
+    assert!(short.truncated);
+    assert_eq!(short.covered_to, plus(t0, 600));
+    assert_eq!(short.counts.values().sum::<u64>(), 10);
+}
+
+both!(an_update_behind_a_lagging_planner_is_reported_missing);
