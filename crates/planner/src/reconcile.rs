@@ -227,8 +227,8 @@ pub async fn reconcile(
                 .max_by_key(|(v, _)| *v)
                 .map_or(Class::Canceled, |(_, s)| Class::of(*s)),
             None if in_gap(at) => Class::Missed,
-            None if boundary => continue,
             None if at > range.now || position.is_some_and(|p| at >= p) => Class::NotPlannedYet,
+            None if boundary => continue,
             None => {
                 out.missing.push(Finding {
                     version,

@@ -18,6 +18,11 @@ pub struct ScheduleView {
     pub next_fires: Vec<Timestamp>,
 }
 
+/// The most never-planned instants an update or a cancel records as `CANCELED` (a schedule
+/// paused for a year at one instant a minute has half a million): past it, the rest are
+/// left unrecorded and `campanile reconcile` lists them as missing.
+pub const MAX_SUPERSEDED: usize = 100_000;
+
 /// The longest retry backoff a schedule may ask for. Longer would be a retry nobody waits
 /// for, and unbounded values overflow the instant a retry is due.
 pub const MAX_BACKOFF: SignedDuration = SignedDuration::from_hours(30 * 24);
@@ -256,10 +261,58 @@ impl Schedules {
                 spec,
                 next_run_at: next,
                 fires_per_hour: fires_per_hour(&cal, now),
+                superseded: self.superseded(tenant, id, now).await?,
                 now: Some(now),
             })
             .await?;
         Ok((Self::view(change.schedule.clone(), now), change))
+    }
+
+    /// The current definition's instants from where its planning stands up to `now`: due
+    /// before an update or a cancel at `now` and never planned (the planner lagged behind, or
+    /// the schedule was paused). The change records them as `CANCELED` instead of dropping
+    /// them unrecorded (at most [`MAX_SUPERSEDED`]; `campanile reconcile` reports any beyond).
+    async fn superseded(
+        &self,
+        tenant: TenantId,
+        id: ScheduleId,
+        now: Timestamp,
+    ) -> Result<Vec<NewOccurrence>, PlannerError> {
+        let Some(record) = self.store.schedule_get(ScheduleGet { tenant, id }).await? else {
+            return Ok(Vec::new()); // the change itself answers "not found"
+        };
+        let position = match record.state {
+            ScheduleState::Active => self.store.schedule_position(tenant, id).await?,
+            ScheduleState::Paused => record.next_run_at,
+            _ => None,
+        };
+        let Some(from) = position.filter(|p| *p < now) else {
+            return Ok(Vec::new());
+        };
+        let cal = calendar_of(&record.spec)?;
+        let spec = &record.spec;
+        let start = from
+            .checked_sub(SignedDuration::from_nanos(1))
+            .unwrap_or(from);
+        Ok(cal
+            .iter_after(start)
+            .take_while(|t| *t < now)
+            .take(MAX_SUPERSEDED)
+            .map(|at| NewOccurrence {
+                schedule_id: id,
+                version: record.version,
+                scheduled_for: at,
+                available_at: at,
+                queue: spec.queue.clone(),
+                priority: spec.priority,
+                max_attempts: spec.max_attempts,
+                backoff_initial: spec.backoff_initial,
+                backoff_max: spec.backoff_max,
+                state: campanile_core::OccurrenceState::Canceled,
+                overlap: spec.overlap,
+                lease: spec.lease,
+            })
+            .collect())
     }
 
     /// Pauses, resumes (`to = Active`) or cancels.
@@ -281,6 +334,11 @@ impl Schedules {
                 tenant,
                 id,
                 to,
+                superseded: if to == ScheduleState::Canceled {
+                    self.superseded(tenant, id, now).await?
+                } else {
+                    Vec::new()
+                },
                 now: Some(now),
             })
             .await?;

@@ -143,6 +143,21 @@ pub(crate) async fn queue_insert<C: GenericClient>(
     }
 }
 
+/// Writes [`ScheduleTransition::superseded`] (or the update's) for the replaced `version`;
+/// how many were new.
+async fn record_superseded<C: GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    version: u32,
+    items: &[NewOccurrence],
+    now: i64,
+) -> R<u64> {
+    if !campanile_store::fence::superseded_apply(items, version) {
+        return Ok(0);
+    }
+    insert_occurrences(c, tenant, items, now).await
+}
+
 pub(crate) async fn schedule_versions<C: GenericClient>(
     c: &C,
     tenant: TenantId,
@@ -322,6 +337,7 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
         .await?;
     }
     let (canceled, _, in_flight) = retire_old_versions(&tx, p.id, new, now).await?;
+    let canceled = canceled + record_superseded(&tx, p.tenant, version, &p.superseded, now).await?;
     let schedule = schedule_get(&tx, p.tenant, p.id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
@@ -361,8 +377,10 @@ pub(crate) async fn schedule_transition(
                 &[&p.id.0, &i32_of(new), &now, &i32_of(version)],
             )
             .await?;
-            let (canceled, earliest, in_flight) = retire_old_versions(&tx, p.id, new, now).await?;
+            let (mut canceled, earliest, in_flight) =
+                retire_old_versions(&tx, p.id, new, now).await?;
             let next = if p.to == ScheduleState::Canceled {
+                canceled += record_superseded(&tx, p.tenant, version, &p.superseded, now).await?;
                 None
             } else {
                 match (earliest, next) {

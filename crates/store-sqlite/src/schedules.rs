@@ -103,6 +103,21 @@ pub(crate) fn queue_set(c: &Connection, e: QueueEntry, next: Option<i64>) -> R<(
     Ok(())
 }
 
+/// Writes [`ScheduleTransition::superseded`] (or the update's) for the replaced `version`;
+/// how many were new.
+fn record_superseded(
+    c: &Connection,
+    tenant: TenantId,
+    version: u32,
+    items: &[NewOccurrence],
+    now: i64,
+) -> R<u64> {
+    if !fence::superseded_apply(items, version) {
+        return Ok(0);
+    }
+    insert_occurrences(c, tenant, items, now)
+}
+
 pub(crate) fn schedule_versions(
     c: &Connection,
     tenant: TenantId,
@@ -293,6 +308,7 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
         queue_set(c, entry, p.next_run_at.map(|t| t.as_millisecond()))?;
     }
     let (canceled, _, in_flight) = retire_old_versions(c, p.id, new, now)?;
+    let canceled = canceled + record_superseded(c, p.tenant, version, &p.superseded, now)?;
     let schedule = schedule_get(c, p.tenant, p.id)?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
     Ok(ScheduleChange {
@@ -330,8 +346,9 @@ pub(crate) fn schedule_transition(
             )
             .and_then(|mut s| s.execute(params![p.id.0, new, now, version]))
             .map_err(db_err)?;
-            let (canceled, earliest, in_flight) = retire_old_versions(c, p.id, new, now)?;
+            let (mut canceled, earliest, in_flight) = retire_old_versions(c, p.id, new, now)?;
             let next = if p.to == ScheduleState::Canceled {
+                canceled += record_superseded(c, p.tenant, version, &p.superseded, now)?;
                 None
             } else {
                 match (earliest, next) {

@@ -288,6 +288,17 @@ pub fn down_since(last_alive: Option<i64>, last_seen: Option<i64>, now: i64) -> 
     }
 }
 
+/// Whether a change's `superseded` occurrences ([`crate::ScheduleTransition::superseded`])
+/// are written: all `CANCELED` and of the `version` the change replaces (a list read before a
+/// concurrent change names an older version and is dropped whole).
+#[must_use]
+pub fn superseded_apply(items: &[crate::NewOccurrence], version: u32) -> bool {
+    !items.is_empty()
+        && items
+            .iter()
+            .all(|o| o.version == version && o.state == OccurrenceState::Canceled)
+}
+
 /// Whether the store may hand out work (worker and relay claims) at `now`, from the latest
 /// liveness mark's end (`last_alive`, `None` before any node ever started): not while no mark
 /// is valid. Then the control plane is down (as [`down_since`] says), and what came due

@@ -292,6 +292,8 @@ pub struct ScheduleUpdate {
     pub next_run_at: Option<Timestamp>,
     /// How many times the new definition fires in an hour (for the trigger-rate quota).
     pub fires_per_hour: u32,
+    /// See [`ScheduleTransition::superseded`].
+    pub superseded: Vec<NewOccurrence>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
@@ -305,6 +307,13 @@ pub struct ScheduleTransition {
     pub id: ScheduleId,
     /// Pause, resume (to `Active`) or cancel.
     pub to: ScheduleState,
+    /// For an update or a cancel: the current version's instants that came due before the
+    /// change and were never planned (the planner lagged behind, or the schedule was paused),
+    /// as `CANCELED` occurrences of that version, written in the change's transaction so that
+    /// what did not run is on record. Written only if every one is `CANCELED` and of the
+    /// version the change replaces (else the list was read before a concurrent change and
+    /// nothing is written); duplicates of planned occurrences are ignored.
+    pub superseded: Vec<NewOccurrence>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
