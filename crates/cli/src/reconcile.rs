@@ -1,7 +1,8 @@
 //! `campanile reconcile`: offline, for one tenant and a time range, recompute from every
 //! schedule version and its calendar the occurrences that should exist, and classify each as
 //! succeeded, failed, canceled, missed, skipped, pending, not planned yet — or missing (a bug).
-//! Exit status 3 when anything is missing or unexpected.
+//! Exit status 3 when anything is missing or unexpected, or a schedule could not be checked
+//! over the whole range.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +49,13 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
     if args.max_instants == 0 {
         return Err(CliError::usage("--max-instants must be positive"));
     }
+    // A mistyped path must not create (and reconcile) a new, empty database.
+    if !db::is_postgres(&args.database) && !std::path::Path::new(&args.database).exists() {
+        return Err(CliError::usage(format!(
+            "no database at {}: give the path of an existing SQLite file or a postgres:// URL",
+            args.database
+        )));
+    }
     crate::block_on(async move {
         let store = db::open(&args.database, None).await?;
         let store_err = |e: campanile_store::StoreError| CliError::runtime(format!("{e}"));
@@ -80,32 +88,42 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
             None => schedule_ids(store.as_ref(), tenant.id).await?,
         };
         let mut results = Vec::with_capacity(ids.len());
+        let mut unreadable = Vec::new();
         for id in ids {
-            let r = reconcile(store.as_ref(), tenant.id, id, &range)
-                .await
-                .map_err(|e| match e {
-                    campanile_planner::PlannerError::Store(
-                        campanile_store::StoreError::NotFound(_),
-                    ) => CliError::usage(format!(
+            use campanile_planner::PlannerError;
+            match reconcile(store.as_ref(), tenant.id, id, &range).await {
+                Ok(r) => results.push(r),
+                Err(PlannerError::Store(campanile_store::StoreError::NotFound(_))) => {
+                    return Err(CliError::usage(format!(
                         "tenant '{}' has no schedule {}",
                         args.tenant, id.0
-                    )),
-                    e => CliError::runtime(format!("reconciling schedule {}: {e}", id.0)),
-                })?;
-            results.push(r);
+                    )));
+                }
+                Err(PlannerError::Store(e)) => {
+                    return Err(CliError::runtime(format!(
+                        "reconciling schedule {}: {e}",
+                        id.0
+                    )));
+                }
+                // A stored definition that no longer builds (a time zone the system lost):
+                // that schedule cannot be checked; the others are.
+                Err(e) => unreadable.push((id, e.to_string())),
+            }
         }
-        let report = Report::new(&results);
+        let report = Report::new(&results, unreadable);
         report.print(&args.tenant, &range);
         if args.json {
             println!("{}", report.json(&args.tenant, &range));
         }
-        if report.missing.is_empty() && report.unexpected.is_empty() {
+        if report.clean() {
             Ok(())
         } else {
             Err(CliError::findings(format!(
-                "reconciliation found {} missing and {} unexpected occurrences",
+                "reconciliation found {} missing and {} unexpected occurrences; {} schedules \
+                 not fully checked (truncated or unreadable)",
                 report.missing.len(),
-                report.unexpected.len()
+                report.unexpected.len(),
+                report.truncated.len() + report.unreadable.len()
             )))
         }
     })
@@ -141,10 +159,19 @@ struct Report<'a> {
     missing: Vec<(ScheduleId, &'a Finding)>,
     unexpected: Vec<(ScheduleId, &'a Finding)>,
     truncated: Vec<&'a Reconciliation>,
+    unreadable: Vec<(ScheduleId, String)>,
 }
 
 impl<'a> Report<'a> {
-    fn new(results: &'a [Reconciliation]) -> Report<'a> {
+    /// Nothing missing or unexpected, and every schedule checked over the whole range.
+    fn clean(&self) -> bool {
+        self.missing.is_empty()
+            && self.unexpected.is_empty()
+            && self.truncated.is_empty()
+            && self.unreadable.is_empty()
+    }
+
+    fn new(results: &'a [Reconciliation], unreadable: Vec<(ScheduleId, String)>) -> Report<'a> {
         let mut counts = BTreeMap::new();
         for r in results {
             for (class, n) in &r.counts {
@@ -163,6 +190,7 @@ impl<'a> Report<'a> {
                 .flat_map(|r| r.unexpected.iter().map(move |f| (r.schedule_id, f)))
                 .collect(),
             truncated: results.iter().filter(|r| r.truncated).collect(),
+            unreadable,
         }
     }
 
@@ -200,6 +228,9 @@ impl<'a> Report<'a> {
                 r.schedule_id.0, r.covered_to
             );
         }
+        for (id, e) in &self.unreadable {
+            println!("UNREADABLE  schedule {}: {e}", id.0);
+        }
     }
 
     fn json(&self, tenant: &str, range: &Range) -> serde_json::Value {
@@ -234,6 +265,10 @@ impl<'a> Report<'a> {
             "truncated": self.truncated.iter().map(|r| json!({
                 "schedule_id": r.schedule_id.0,
                 "covered_to": r.covered_to.to_string(),
+            })).collect::<Vec<_>>(),
+            "unreadable": self.unreadable.iter().map(|(id, e)| json!({
+                "schedule_id": id.0,
+                "error": e,
             })).collect::<Vec<_>>(),
         })
     }

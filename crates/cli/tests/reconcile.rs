@@ -133,4 +133,20 @@ fn reconcile_lists_missing_instants_and_exits_3() {
     assert_eq!(report["missing_total"], 0);
     // Every five minutes from 00:00 to 00:40, planned ahead, none claimed.
     assert_eq!(report["counts"]["pending"], 9, "{report}");
+
+    // Cut short by --max-instants: not a clean bill of health.
+    one.extend(["--max-instants", "4"]);
+    let (code, report, stderr) = reconcile(&db, &one);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(report["truncated"][0]["covered_to"], "2026-06-01T00:20:00Z");
+
+    // A mistyped path is an error, not a new empty database reconciled as clean.
+    let typo = dir.path().join("typo.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args(["reconcile", "--tenant", "acme", "--database"])
+        .arg(&typo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!typo.exists());
 }

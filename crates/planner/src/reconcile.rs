@@ -146,17 +146,38 @@ pub async fn reconcile(
     id: ScheduleId,
     range: &Range,
 ) -> Result<Reconciliation, PlannerError> {
-    let get = ScheduleGet { tenant, id };
-    let record = store
-        .schedule_get(get.clone())
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
-    let versions = store.schedule_versions(get).await?;
-    // Where planning stands: later instants are not planned yet.
-    let position = match record.state {
-        ScheduleState::Active => store.schedule_position(tenant, id).await?,
-        ScheduleState::Paused => record.next_run_at,
-        _ => None,
+    // Instants are stored to the millisecond: so is the range, or an instant in the last
+    // millisecond before a finer `to` would be expected and its row not read.
+    let ms = |t: Timestamp| Timestamp::from_millisecond(t.as_millisecond()).unwrap_or(t);
+    let range = &Range {
+        from: ms(range.from),
+        to: ms(range.to),
+        now: ms(range.now),
+        max_instants: range.max_instants,
+    };
+    // The schedule, its versions and its planning position, read again if a change landed
+    // between the reads (they are not one snapshot).
+    let mut reads = 0;
+    let (record, versions, position) = loop {
+        reads += 1;
+        let get = ScheduleGet { tenant, id };
+        let record = store
+            .schedule_get(get.clone())
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
+        let versions = store.schedule_versions(get.clone()).await?;
+        // Where planning stands: later instants are not planned yet.
+        let position = match record.state {
+            ScheduleState::Active => store.schedule_position(tenant, id).await?,
+            ScheduleState::Paused => record.next_run_at,
+            _ => None,
+        };
+        let again = store.schedule_get(get).await?;
+        let settled = versions.last().map(|v| v.version) == Some(record.version)
+            && again.is_some_and(|a| a.version == record.version && a.state == record.state);
+        if settled || reads >= 5 {
+            break (record, versions, position);
+        }
     };
     let calendars: HashMap<u32, Calendar> = versions
         .iter()
@@ -259,7 +280,7 @@ pub async fn reconcile(
 }
 
 /// The schedule's occurrences in `[from, to)`: per instant, each one's version and state.
-async fn occurrences(
+pub(crate) async fn occurrences(
     store: &dyn Store,
     tenant: TenantId,
     id: ScheduleId,

@@ -18,10 +18,14 @@ pub struct ScheduleView {
     pub next_fires: Vec<Timestamp>,
 }
 
-/// The most never-planned instants an update or a cancel records as `CANCELED` (a schedule
-/// paused for a year at one instant a minute has half a million): past it, the rest are
-/// left unrecorded and `campanile reconcile` lists them as missing.
-pub const MAX_SUPERSEDED: usize = 100_000;
+/// The most never-planned instants an update or a cancel records as `CANCELED` occurrences,
+/// in its own transaction (a schedule paused for a year at one instant a minute has half a
+/// million): past it, the rest are summarized in one missed range.
+pub const MAX_SUPERSEDED: usize = 10_000;
+
+/// How far the summary of the rest counts exactly; past it, the count is a lower bound and
+/// the range runs to the change.
+const MAX_SUPERSEDED_COUNTED: u64 = 100_000;
 
 /// The longest retry backoff a schedule may ask for. Longer would be a retry nobody waits
 /// for, and unbounded values overflow the instant a retry is due.
@@ -270,16 +274,18 @@ impl Schedules {
 
     /// The current definition's instants from where its planning stands up to `now`: due
     /// before an update or a cancel at `now` and never planned (the planner lagged behind, or
-    /// the schedule was paused). The change records them as `CANCELED` instead of dropping
-    /// them unrecorded (at most [`MAX_SUPERSEDED`]; `campanile reconcile` reports any beyond).
+    /// the schedule was paused). The change records them, as `CANCELED` occurrences (at most
+    /// [`MAX_SUPERSEDED`], the rest in one summary), instead of dropping them unrecorded.
+    /// Instants already recorded under any version (a pause retires what it had planned) are
+    /// left out.
     async fn superseded(
         &self,
         tenant: TenantId,
         id: ScheduleId,
         now: Timestamp,
-    ) -> Result<Vec<NewOccurrence>, PlannerError> {
+    ) -> Result<Superseded, PlannerError> {
         let Some(record) = self.store.schedule_get(ScheduleGet { tenant, id }).await? else {
-            return Ok(Vec::new()); // the change itself answers "not found"
+            return Ok(Superseded::default()); // the change itself answers "not found"
         };
         let position = match record.state {
             ScheduleState::Active => self.store.schedule_position(tenant, id).await?,
@@ -287,16 +293,29 @@ impl Schedules {
             _ => None,
         };
         let Some(from) = position.filter(|p| *p < now) else {
-            return Ok(Vec::new());
+            return Ok(Superseded::default());
         };
-        let cal = calendar_of(&record.spec)?;
-        let spec = &record.spec;
+        // A definition whose calendar no longer builds (its zone left the system database)
+        // must stay cancelable: nothing can be computed, nothing is recorded.
+        let cal = match calendar_of(&record.spec) {
+            Ok(cal) => cal,
+            Err(e) => {
+                tracing::warn!(schedule = %id, error = %e, "cannot list the instants this change supersedes");
+                return Ok(Superseded::default());
+            }
+        };
+        let recorded =
+            crate::reconcile::occurrences(self.store.as_ref(), tenant, id, from, now, now).await?;
         let start = from
             .checked_sub(SignedDuration::from_nanos(1))
             .unwrap_or(from);
-        Ok(cal
+        let mut instants = cal
             .iter_after(start)
             .take_while(|t| *t < now)
+            .filter(|t| !recorded.contains_key(t));
+        let spec = &record.spec;
+        let rows: Vec<NewOccurrence> = instants
+            .by_ref()
             .take(MAX_SUPERSEDED)
             .map(|at| NewOccurrence {
                 schedule_id: id,
@@ -312,7 +331,40 @@ impl Schedules {
                 overlap: spec.overlap,
                 lease: spec.lease,
             })
-            .collect())
+            .collect();
+        // The rest, counted up to a bound (a definition firing every second for years).
+        let rest = instants.next().map(|first| {
+            let mut last = first;
+            let mut count = 1u64;
+            let mut exact = true;
+            for t in instants.by_ref() {
+                last = t;
+                count += 1;
+                if count >= MAX_SUPERSEDED_COUNTED {
+                    exact = instants.next().is_none();
+                    break;
+                }
+            }
+            let last = if exact {
+                last
+            } else {
+                now.checked_sub(SignedDuration::from_millis(1))
+                    .unwrap_or(now)
+            };
+            MissedRange {
+                schedule_id: id,
+                version: record.version,
+                first_at: first,
+                last_at: last,
+                count,
+                count_exact: exact,
+            }
+        });
+        Ok(Superseded {
+            version: record.version,
+            rows,
+            rest,
+        })
     }
 
     /// Pauses, resumes (`to = Active`) or cancels.
@@ -328,20 +380,33 @@ impl Schedules {
         now: Option<Timestamp>,
     ) -> Result<(ScheduleView, ScheduleChange), PlannerError> {
         let now = now_of(self.store.as_ref(), now).await?;
-        let change = self
-            .store
-            .schedule_transition(ScheduleTransition {
-                tenant,
-                id,
-                to,
-                superseded: if to == ScheduleState::Canceled {
-                    self.superseded(tenant, id, now).await?
-                } else {
-                    Vec::new()
-                },
-                now: Some(now),
-            })
-            .await?;
+        // A cancel records what it supersedes, read before its transaction: if a concurrent
+        // change made that list stale, the store refuses it as a version conflict and it is
+        // read again.
+        let mut attempts = 0;
+        let change = loop {
+            attempts += 1;
+            let superseded = if to == ScheduleState::Canceled {
+                self.superseded(tenant, id, now).await?
+            } else {
+                Superseded::default()
+            };
+            let stale_possible = !superseded.is_empty();
+            match self
+                .store
+                .schedule_transition(ScheduleTransition {
+                    tenant,
+                    id,
+                    to,
+                    superseded,
+                    now: Some(now),
+                })
+                .await
+            {
+                Err(StoreError::VersionConflict { .. }) if stale_possible && attempts < 5 => {}
+                other => break other?,
+            }
+        };
         Ok((Self::view(change.schedule.clone(), now), change))
     }
 }

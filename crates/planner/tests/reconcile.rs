@@ -34,9 +34,10 @@ fn count(r: &Reconciliation, class: Class) -> u64 {
     r.counts.get(&class).copied().unwrap_or(0)
 }
 
-/// Claims what is due and finishes it: every fifth claim fails permanently (a dead letter),
-/// the rest succeed.
-async fn work(env: &Env, now: Timestamp, n: &mut u64) {
+/// Claims what is due and finishes it: an occurrence for an instant whose minute is a
+/// multiple of 7 fails permanently (a dead letter), the rest succeed — decided by the
+/// instant, not by claim order.
+async fn work(env: &Env, now: Timestamp) {
     let claimed = env
         .store
         .occurrence_claim(OccurrenceClaim {
@@ -52,13 +53,13 @@ async fn work(env: &Env, now: Timestamp, n: &mut u64) {
     let items = claimed
         .iter()
         .map(|c| {
-            *n += 1;
+            let minute = c.scheduled_for.as_second().div_euclid(60);
             FinishItem {
                 lease: LeaseRef {
                     occurrence_id: c.id,
                     epoch: c.epoch,
                 },
-                finish: if *n % 5 == 0 {
+                finish: if minute % 7 == 0 {
                     Finish::Failed {
                         class: ErrorClass::Permanent,
                         message: "no".into(),
@@ -108,7 +109,6 @@ async fn a_planned_history_reconciles_with_nothing_missing(env: Env) {
     let end = plus(t0, 36 * 3600);
     let (down, up) = (plus(t0, 20 * 3600), plus(t0, 23 * 3600));
     let mut now = t0;
-    let mut n = 0;
     while now < end {
         let h = now.duration_since(t0).as_secs();
         if h == 6 * 3600 {
@@ -142,7 +142,7 @@ async fn a_planned_history_reconciles_with_nothing_missing(env: Env) {
         // Three hours with nothing planned nor claimed: what came due is judged late.
         if now < down || now >= up {
             p.tick(Some(now)).await.unwrap();
-            work(&env, now, &mut n).await;
+            work(&env, now).await;
         }
         now = plus(now, 300);
     }
@@ -296,3 +296,52 @@ async fn an_update_behind_a_lagging_planner_records_what_it_supersedes(env: Env)
 }
 
 both!(an_update_behind_a_lagging_planner_records_what_it_supersedes);
+
+/// A per-second schedule paused for four hours, then canceled: the first 10,000 instants the
+/// cancel supersedes are canceled occurrences, the rest one summarized record; reconciliation
+/// finds nothing missing.
+async fn a_long_pause_ended_by_a_cancel_is_summarized(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let id = s
+        .create(env.tenant, utc("* * * * * *"), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    p.tick(Some(t0)).await.unwrap();
+    let paused_at = plus(t0, 60);
+    s.transition(env.tenant, id, ScheduleState::Paused, Some(paused_at))
+        .await
+        .unwrap();
+    let at = plus(t0, 4 * 3600);
+    let (_, change) = s
+        .transition(env.tenant, id, ScheduleState::Canceled, Some(at))
+        .await
+        .unwrap();
+    let r = run(&env, id, t0, at).await;
+    assert!(
+        r.missing.is_empty(),
+        "{:?}",
+        &r.missing[..r.missing.len().min(5)]
+    );
+    assert_eq!(r.counts.values().sum::<u64>(), 4 * 3600, "{:?}", r.counts);
+    let gaps = env
+        .store
+        .missed_range_list(MissedRangeList {
+            tenant: env.tenant,
+            schedule_id: id,
+        })
+        .await
+        .unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(gaps[0].last_at, plus(at, -1));
+    assert!(gaps[0].count_exact);
+    // 10,000 superseded rows; the pause had retired what was planned ahead of it.
+    assert_eq!(change.canceled, 10_000);
+    assert_eq!(count(&r, Class::Missed), gaps[0].count);
+    assert_eq!(count(&r, Class::Canceled) + gaps[0].count, 4 * 3600);
+}
+
+both!(a_long_pause_ended_by_a_cancel_is_summarized);

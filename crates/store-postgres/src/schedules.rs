@@ -144,18 +144,47 @@ pub(crate) async fn queue_insert<C: GenericClient>(
 }
 
 /// Writes [`ScheduleTransition::superseded`] (or the update's) for the replaced `version`;
-/// how many were new.
+/// how many occurrences were new (the summarized rest is not counted).
 async fn record_superseded<C: GenericClient>(
     c: &C,
     tenant: TenantId,
     version: u32,
-    items: &[NewOccurrence],
+    superseded: &Superseded,
     now: i64,
 ) -> R<u64> {
-    if !campanile_store::fence::superseded_apply(items, version) {
+    if !campanile_store::fence::superseded_check(superseded, version)? {
         return Ok(0);
     }
-    insert_occurrences(c, tenant, items, now).await
+    if let Some(m) = &superseded.rest {
+        missed_range_insert(c, tenant, m, now).await?;
+    }
+    insert_occurrences(c, tenant, &superseded.rows, now).await
+}
+
+/// A summary of instants that did not run, in one row.
+async fn missed_range_insert<C: GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    m: &MissedRange,
+    now: i64,
+) -> R<()> {
+    execute(
+        c,
+        "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+        &[
+            &tenant.0,
+            &m.schedule_id.0,
+            &i32_of(m.version),
+            &m.first_at.as_millisecond(),
+            &m.last_at.as_millisecond(),
+            &(m.count as i64),
+            &m.count_exact,
+            &now,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 pub(crate) async fn schedule_versions<C: GenericClient>(
@@ -561,22 +590,7 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
             .or_default()
             .extend(item.occurrences.iter().cloned());
         if let Some(m) = &item.missed {
-            execute(
-                &tx,
-                "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-                &[
-                    &item.tenant.0,
-                    &m.schedule_id.0,
-                    &i32_of(m.version),
-                    &m.first_at.as_millisecond(),
-                    &m.last_at.as_millisecond(),
-                    &(m.count as i64),
-                    &m.count_exact,
-                    &now,
-                ],
-            )
-            .await?;
+            missed_range_insert(&tx, item.tenant, m, now).await?;
         }
     }
     for (tenant, occurrences) in by_tenant {

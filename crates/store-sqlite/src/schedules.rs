@@ -104,18 +104,43 @@ pub(crate) fn queue_set(c: &Connection, e: QueueEntry, next: Option<i64>) -> R<(
 }
 
 /// Writes [`ScheduleTransition::superseded`] (or the update's) for the replaced `version`;
-/// how many were new.
+/// how many occurrences were new (the summarized rest is not counted).
 fn record_superseded(
     c: &Connection,
     tenant: TenantId,
     version: u32,
-    items: &[NewOccurrence],
+    superseded: &Superseded,
     now: i64,
 ) -> R<u64> {
-    if !fence::superseded_apply(items, version) {
+    if !fence::superseded_check(superseded, version)? {
         return Ok(0);
     }
-    insert_occurrences(c, tenant, items, now)
+    if let Some(m) = &superseded.rest {
+        missed_range_insert(c, tenant, m, now)?;
+    }
+    insert_occurrences(c, tenant, &superseded.rows, now)
+}
+
+/// A summary of instants that did not run, in one row.
+fn missed_range_insert(c: &Connection, tenant: TenantId, m: &MissedRange, now: i64) -> R<()> {
+    c.prepare_cached(
+        "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            tenant.0,
+            m.schedule_id.0,
+            m.version,
+            m.first_at.as_millisecond(),
+            m.last_at.as_millisecond(),
+            m.count as i64,
+            m.count_exact,
+            now
+        ])
+    })
+    .map_err(db_err)?;
+    Ok(())
 }
 
 pub(crate) fn schedule_versions(
@@ -518,23 +543,7 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
         report.applied += 1;
         report.inserted += insert_occurrences(c, item.tenant, &item.occurrences, now)?;
         if let Some(m) = &item.missed {
-            c.prepare_cached(
-                "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    item.tenant.0,
-                    m.schedule_id.0,
-                    m.version,
-                    m.first_at.as_millisecond(),
-                    m.last_at.as_millisecond(),
-                    m.count as i64,
-                    m.count_exact,
-                    now
-                ])
-            })
-            .map_err(db_err)?;
+            missed_range_insert(c, item.tenant, m, now)?;
         }
     }
     Ok(report)

@@ -288,15 +288,32 @@ pub fn down_since(last_alive: Option<i64>, last_seen: Option<i64>, now: i64) -> 
     }
 }
 
-/// Whether a change's `superseded` occurrences ([`crate::ScheduleTransition::superseded`])
-/// are written: all `CANCELED` and of the `version` the change replaces (a list read before a
-/// concurrent change names an older version and is dropped whole).
-#[must_use]
-pub fn superseded_apply(items: &[crate::NewOccurrence], version: u32) -> bool {
-    !items.is_empty()
-        && items
-            .iter()
-            .all(|o| o.version == version && o.state == OccurrenceState::Canceled)
+/// Checks a change's [`crate::Superseded`] against the schedule's current `version`: `Ok(true)`
+/// to write it, `Ok(false)` when empty, a [`StoreError::VersionConflict`] when it was read for
+/// another version (before a concurrent change), [`StoreError::Invalid`] for a row that is not
+/// a `CANCELED` occurrence of its version.
+///
+/// # Errors
+///
+/// As above.
+pub fn superseded_check(s: &crate::Superseded, version: u32) -> Result<bool, StoreError> {
+    if s.is_empty() {
+        return Ok(false);
+    }
+    if s.version != version {
+        return Err(StoreError::VersionConflict { current: version });
+    }
+    let stray = s
+        .rows
+        .iter()
+        .any(|o| o.version != version || o.state != OccurrenceState::Canceled)
+        || s.rest.as_ref().is_some_and(|r| r.version != version);
+    if stray {
+        return Err(StoreError::Invalid(
+            "superseded instants must be CANCELED occurrences of the replaced version".into(),
+        ));
+    }
+    Ok(true)
 }
 
 /// Whether the store may hand out work (worker and relay claims) at `now`, from the latest
@@ -463,5 +480,60 @@ mod plan_tests {
                 p.available_at
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod superseded_tests {
+    use super::*;
+    use crate::{NewOccurrence, Superseded};
+
+    fn row(version: u32, state: OccurrenceState) -> NewOccurrence {
+        NewOccurrence {
+            schedule_id: campanile_core::ScheduleId(uuid::Uuid::nil()),
+            version,
+            scheduled_for: Timestamp::UNIX_EPOCH,
+            available_at: Timestamp::UNIX_EPOCH,
+            queue: "q".into(),
+            priority: 0,
+            max_attempts: 1,
+            backoff_initial: SignedDuration::from_secs(1),
+            backoff_max: SignedDuration::from_secs(1),
+            state,
+            overlap: campanile_core::Overlap::Allow,
+            lease: SignedDuration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn a_superseded_list_is_written_only_for_the_version_it_was_read_for() {
+        let empty = Superseded::default();
+        assert!(!superseded_check(&empty, 3).unwrap());
+        let ok = Superseded {
+            version: 3,
+            rows: vec![row(3, OccurrenceState::Canceled)],
+            rest: None,
+        };
+        assert!(superseded_check(&ok, 3).unwrap());
+        // Read before a concurrent change: a conflict, so that the caller reads again.
+        assert!(matches!(
+            superseded_check(&ok, 4),
+            Err(StoreError::VersionConflict { current: 4 })
+        ));
+        let stray = Superseded {
+            version: 3,
+            rows: vec![row(3, OccurrenceState::Ready)],
+            rest: None,
+        };
+        assert!(matches!(
+            superseded_check(&stray, 3),
+            Err(StoreError::Invalid(_))
+        ));
+        let other = Superseded {
+            version: 3,
+            rows: vec![row(2, OccurrenceState::Canceled)],
+            rest: None,
+        };
+        assert!(superseded_check(&other, 3).is_err());
     }
 }

@@ -293,7 +293,7 @@ pub struct ScheduleUpdate {
     /// How many times the new definition fires in an hour (for the trigger-rate quota).
     pub fires_per_hour: u32,
     /// See [`ScheduleTransition::superseded`].
-    pub superseded: Vec<NewOccurrence>,
+    pub superseded: Superseded,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
@@ -307,15 +307,35 @@ pub struct ScheduleTransition {
     pub id: ScheduleId,
     /// Pause, resume (to `Active`) or cancel.
     pub to: ScheduleState,
-    /// For an update or a cancel: the current version's instants that came due before the
-    /// change and were never planned (the planner lagged behind, or the schedule was paused),
-    /// as `CANCELED` occurrences of that version, written in the change's transaction so that
-    /// what did not run is on record. Written only if every one is `CANCELED` and of the
-    /// version the change replaces (else the list was read before a concurrent change and
-    /// nothing is written); duplicates of planned occurrences are ignored.
-    pub superseded: Vec<NewOccurrence>,
+    /// For an update or a cancel: what of the current version came due before the change
+    /// and was never planned (the planner lagged behind, or the schedule was paused), to be
+    /// recorded in the change's transaction so that what did not run is on record.
+    pub superseded: Superseded,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
+}
+
+/// The instants a schedule change supersedes unplanned ([`ScheduleTransition::superseded`]).
+/// All of one version: the one the change replaces. If the schedule's current version is
+/// another (the list was read before a concurrent change), the change fails with
+/// [`crate::StoreError::VersionConflict`] and writes nothing; the caller reads again.
+#[derive(Debug, Clone, Default)]
+pub struct Superseded {
+    /// The version they belong to.
+    pub version: u32,
+    /// Written as `CANCELED` occurrences (each must be `CANCELED` and of `version`);
+    /// duplicates of planned occurrences are ignored.
+    pub rows: Vec<NewOccurrence>,
+    /// Those past the rows' limit, summarized in one record (a missed range).
+    pub rest: Option<crate::MissedRange>,
+}
+
+impl Superseded {
+    /// Whether there is nothing to record.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.rest.is_none()
+    }
 }
 
 /// Params of [`crate::Store::schedule_due`].
