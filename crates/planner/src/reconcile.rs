@@ -175,8 +175,13 @@ pub async fn reconcile(
         let again = store.schedule_get(get).await?;
         let settled = versions.last().map(|v| v.version) == Some(record.version)
             && again.is_some_and(|a| a.version == record.version && a.state == record.state);
-        if settled || reads >= 5 {
+        if settled {
             break (record, versions, position);
+        }
+        if reads >= 5 {
+            return Err(PlannerError::Invalid(format!(
+                "schedule {id} changed during each of {reads} reads; reconcile it again"
+            )));
         }
     };
     let calendars: HashMap<u32, Calendar> = versions

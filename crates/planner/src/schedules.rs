@@ -256,19 +256,37 @@ impl Schedules {
         let cal = validate(&spec)?;
         let now = now_of(self.store.as_ref(), now).await?;
         let next = first_instant(&spec, &cal, now)?;
-        let change = self
-            .store
-            .schedule_update(ScheduleUpdate {
-                tenant,
-                id,
-                expected_version,
-                spec,
-                next_run_at: next,
-                fires_per_hour: fires_per_hour(&cal, now),
-                superseded: self.superseded(tenant, id, now).await?,
-                now: Some(now),
-            })
-            .await?;
+        // What the update supersedes, read before its transaction: read again if a concurrent
+        // change made it stale while the caller's version is still current.
+        let mut attempts = 0;
+        let change = loop {
+            attempts += 1;
+            let superseded = self.superseded(tenant, id, now).await?;
+            if superseded.version != 0 && superseded.version != expected_version {
+                return Err(StoreError::VersionConflict {
+                    current: superseded.version,
+                }
+                .into());
+            }
+            match self
+                .store
+                .schedule_update(ScheduleUpdate {
+                    tenant,
+                    id,
+                    expected_version,
+                    spec: spec.clone(),
+                    next_run_at: next,
+                    fires_per_hour: fires_per_hour(&cal, now),
+                    superseded,
+                    now: Some(now),
+                })
+                .await
+            {
+                Err(StoreError::VersionConflict { current })
+                    if current == expected_version && attempts < 5 => {}
+                other => break other?,
+            }
+        };
         Ok((Self::view(change.schedule.clone(), now), change))
     }
 
@@ -287,13 +305,18 @@ impl Schedules {
         let Some(record) = self.store.schedule_get(ScheduleGet { tenant, id }).await? else {
             return Ok(Superseded::default()); // the change itself answers "not found"
         };
+        // Even an empty list names its version: the store refuses it if a change landed since.
+        let none = Superseded {
+            version: record.version,
+            ..Superseded::default()
+        };
         let position = match record.state {
             ScheduleState::Active => self.store.schedule_position(tenant, id).await?,
             ScheduleState::Paused => record.next_run_at,
             _ => None,
         };
         let Some(from) = position.filter(|p| *p < now) else {
-            return Ok(Superseded::default());
+            return Ok(none);
         };
         // A definition whose calendar no longer builds (its zone left the system database)
         // must stay cancelable: nothing can be computed, nothing is recorded.
@@ -301,7 +324,7 @@ impl Schedules {
             Ok(cal) => cal,
             Err(e) => {
                 tracing::warn!(schedule = %id, error = %e, "cannot list the instants this change supersedes");
-                return Ok(Superseded::default());
+                return Ok(none);
             }
         };
         let recorded =
@@ -391,7 +414,6 @@ impl Schedules {
             } else {
                 Superseded::default()
             };
-            let stale_possible = !superseded.is_empty();
             match self
                 .store
                 .schedule_transition(ScheduleTransition {
@@ -403,7 +425,9 @@ impl Schedules {
                 })
                 .await
             {
-                Err(StoreError::VersionConflict { .. }) if stale_possible && attempts < 5 => {}
+                // Only a stale list makes a transition conflict.
+                Err(StoreError::VersionConflict { .. })
+                    if to == ScheduleState::Canceled && attempts < 5 => {}
                 other => break other?,
             }
         };

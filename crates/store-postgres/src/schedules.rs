@@ -143,16 +143,16 @@ pub(crate) async fn queue_insert<C: GenericClient>(
     }
 }
 
-/// Writes [`ScheduleTransition::superseded`] (or the update's) for the replaced `version`;
-/// how many occurrences were new (the summarized rest is not counted).
+/// Writes [`ScheduleTransition::superseded`] (or the update's), checked beforehand with
+/// `fence::superseded_check`; how many occurrences were new (the summarized rest is not
+/// counted).
 async fn record_superseded<C: GenericClient>(
     c: &C,
     tenant: TenantId,
-    version: u32,
     superseded: &Superseded,
     now: i64,
 ) -> R<u64> {
-    if !campanile_store::fence::superseded_check(superseded, version)? {
+    if superseded.is_empty() {
         return Ok(0);
     }
     if let Some(m) = &superseded.rest {
@@ -324,6 +324,7 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
     if version != p.expected_version {
         return Err(StoreError::VersionConflict { current: version });
     }
+    campanile_store::fence::superseded_check(&p.superseded, version)?;
     if state == ScheduleState::Canceled {
         return Err(StoreError::WrongState(format!(
             "schedule {} is canceled",
@@ -366,7 +367,7 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
         .await?;
     }
     let (canceled, _, in_flight) = retire_old_versions(&tx, p.id, new, now).await?;
-    let canceled = canceled + record_superseded(&tx, p.tenant, version, &p.superseded, now).await?;
+    let canceled = canceled + record_superseded(&tx, p.tenant, &p.superseded, now).await?;
     let schedule = schedule_get(&tx, p.tenant, p.id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
@@ -385,6 +386,7 @@ pub(crate) async fn schedule_transition(
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
     let (version, state, shard, next) = current(&tx, p.tenant, p.id).await?;
+    campanile_store::fence::superseded_check(&p.superseded, version)?;
     let (canceled, in_flight) = match (state, p.to) {
         (ScheduleState::Canceled, _) => {
             return Err(StoreError::WrongState(format!(
@@ -409,7 +411,7 @@ pub(crate) async fn schedule_transition(
             let (mut canceled, earliest, in_flight) =
                 retire_old_versions(&tx, p.id, new, now).await?;
             let next = if p.to == ScheduleState::Canceled {
-                canceled += record_superseded(&tx, p.tenant, version, &p.superseded, now).await?;
+                canceled += record_superseded(&tx, p.tenant, &p.superseded, now).await?;
                 None
             } else {
                 match (earliest, next) {

@@ -103,16 +103,16 @@ pub(crate) fn queue_set(c: &Connection, e: QueueEntry, next: Option<i64>) -> R<(
     Ok(())
 }
 
-/// Writes [`ScheduleTransition::superseded`] (or the update's) for the replaced `version`;
-/// how many occurrences were new (the summarized rest is not counted).
+/// Writes [`ScheduleTransition::superseded`] (or the update's), checked beforehand with
+/// `fence::superseded_check`; how many occurrences were new (the summarized rest is not
+/// counted).
 fn record_superseded(
     c: &Connection,
     tenant: TenantId,
-    version: u32,
     superseded: &Superseded,
     now: i64,
 ) -> R<u64> {
-    if !fence::superseded_check(superseded, version)? {
+    if superseded.is_empty() {
         return Ok(0);
     }
     if let Some(m) = &superseded.rest {
@@ -293,6 +293,7 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
     if version != p.expected_version {
         return Err(StoreError::VersionConflict { current: version });
     }
+    fence::superseded_check(&p.superseded, version)?;
     if state == ScheduleState::Canceled {
         return Err(StoreError::WrongState(format!(
             "schedule {} is canceled",
@@ -333,7 +334,7 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
         queue_set(c, entry, p.next_run_at.map(|t| t.as_millisecond()))?;
     }
     let (canceled, _, in_flight) = retire_old_versions(c, p.id, new, now)?;
-    let canceled = canceled + record_superseded(c, p.tenant, version, &p.superseded, now)?;
+    let canceled = canceled + record_superseded(c, p.tenant, &p.superseded, now)?;
     let schedule = schedule_get(c, p.tenant, p.id)?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id)))?;
     Ok(ScheduleChange {
@@ -349,6 +350,7 @@ pub(crate) fn schedule_transition(
     now: i64,
 ) -> R<ScheduleChange> {
     let (version, state, shard, next) = current(c, p.tenant, p.id)?;
+    fence::superseded_check(&p.superseded, version)?;
     let (canceled, in_flight) = match (state, p.to) {
         (ScheduleState::Canceled, _) => {
             return Err(StoreError::WrongState(format!(
@@ -373,7 +375,7 @@ pub(crate) fn schedule_transition(
             .map_err(db_err)?;
             let (mut canceled, earliest, in_flight) = retire_old_versions(c, p.id, new, now)?;
             let next = if p.to == ScheduleState::Canceled {
-                canceled += record_superseded(c, p.tenant, version, &p.superseded, now)?;
+                canceled += record_superseded(c, p.tenant, &p.superseded, now)?;
                 None
             } else {
                 match (earliest, next) {

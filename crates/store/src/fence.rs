@@ -288,17 +288,19 @@ pub fn down_since(last_alive: Option<i64>, last_seen: Option<i64>, now: i64) -> 
     }
 }
 
-/// Checks a change's [`crate::Superseded`] against the schedule's current `version`: `Ok(true)`
-/// to write it, `Ok(false)` when empty, a [`StoreError::VersionConflict`] when it was read for
-/// another version (before a concurrent change), [`StoreError::Invalid`] for a row that is not
-/// a `CANCELED` occurrence of its version.
+/// Checks a change's [`crate::Superseded`] against the schedule's current `version`, before
+/// the change writes anything: `Ok(())` for no list (version 0: a pause or a resume) or a list
+/// of that version, empty or not; a [`StoreError::VersionConflict`] for a list read for another
+/// version (before a concurrent change: even an empty one, since the versions in between may
+/// have left instants to record); [`StoreError::Invalid`] for a row that is not a `CANCELED`
+/// occurrence of its version.
 ///
 /// # Errors
 ///
 /// As above.
-pub fn superseded_check(s: &crate::Superseded, version: u32) -> Result<bool, StoreError> {
-    if s.is_empty() {
-        return Ok(false);
+pub fn superseded_check(s: &crate::Superseded, version: u32) -> Result<(), StoreError> {
+    if s.version == 0 && s.is_empty() {
+        return Ok(());
     }
     if s.version != version {
         return Err(StoreError::VersionConflict { current: version });
@@ -313,7 +315,7 @@ pub fn superseded_check(s: &crate::Superseded, version: u32) -> Result<bool, Sto
             "superseded instants must be CANCELED occurrences of the replaced version".into(),
         ));
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Whether the store may hand out work (worker and relay claims) at `now`, from the latest
@@ -507,17 +509,27 @@ mod superseded_tests {
 
     #[test]
     fn a_superseded_list_is_written_only_for_the_version_it_was_read_for() {
-        let empty = Superseded::default();
-        assert!(!superseded_check(&empty, 3).unwrap());
+        // No list (a pause, a resume).
+        assert!(superseded_check(&Superseded::default(), 3).is_ok());
         let ok = Superseded {
             version: 3,
             rows: vec![row(3, OccurrenceState::Canceled)],
             rest: None,
         };
-        assert!(superseded_check(&ok, 3).unwrap());
-        // Read before a concurrent change: a conflict, so that the caller reads again.
+        assert!(superseded_check(&ok, 3).is_ok());
+        // Read before a concurrent change: a conflict, so that the caller reads again — an
+        // empty list too (the change in between may have left instants to record).
         assert!(matches!(
             superseded_check(&ok, 4),
+            Err(StoreError::VersionConflict { current: 4 })
+        ));
+        let empty = Superseded {
+            version: 3,
+            ..Superseded::default()
+        };
+        assert!(superseded_check(&empty, 3).is_ok());
+        assert!(matches!(
+            superseded_check(&empty, 4),
             Err(StoreError::VersionConflict { current: 4 })
         ));
         let stray = Superseded {

@@ -316,9 +316,10 @@ pub struct ScheduleTransition {
 }
 
 /// The instants a schedule change supersedes unplanned ([`ScheduleTransition::superseded`]).
-/// All of one version: the one the change replaces. If the schedule's current version is
-/// another (the list was read before a concurrent change), the change fails with
-/// [`crate::StoreError::VersionConflict`] and writes nothing; the caller reads again.
+/// All of one version: the one the change replaces (0 with nothing in it: no list, for a
+/// pause or a resume). If the schedule's current version is another (the list was read before
+/// a concurrent change), the change fails with [`crate::StoreError::VersionConflict`] and
+/// writes nothing; the caller reads again.
 #[derive(Debug, Clone, Default)]
 pub struct Superseded {
     /// The version they belong to.
