@@ -125,7 +125,14 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize, wrote: &mpsc
             continue;
         }
         let mut delivers = Vec::with_capacity(jobs.len());
+        // Set when a job's savepoint could not be ended: its writes may still be in the
+        // transaction, so the whole group is rolled back rather than committed with them.
+        let mut broken: Option<String> = None;
         for job in jobs {
+            if broken.is_some() {
+                delivers.push(job(None).1);
+                continue;
+            }
             // Cached statements, not parsed again for every job (bench store: within noise).
             if exec_cached(&conn, "SAVEPOINT job").is_err() {
                 delivers.push(job(None).1);
@@ -137,7 +144,9 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize, wrote: &mpsc
                     Ok(done) => done,
                     Err(_) => {
                         tracing::error!("a store job panicked; its savepoint is rolled back");
-                        let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+                        if let Err(e) = conn.execute_batch("ROLLBACK TO job; RELEASE job") {
+                            broken = Some(db_err(e).to_string());
+                        }
                         continue;
                     }
                 };
@@ -147,13 +156,17 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize, wrote: &mpsc
                 conn.execute_batch("ROLLBACK TO job; RELEASE job")
             };
             if let Err(e) = ended {
-                tracing::error!(error = %e, "savepoint end failed");
+                tracing::error!(error = %e, "savepoint end failed; the group is rolled back");
+                broken = Some(db_err(e).to_string());
             }
             delivers.push(deliver);
         }
-        let commit = conn
-            .execute_batch("COMMIT")
-            .map_err(|e| db_err(e).to_string());
+        let commit = match broken {
+            Some(e) => Err(e),
+            None => conn
+                .execute_batch("COMMIT")
+                .map_err(|e| db_err(e).to_string()),
+        };
         if commit.is_err() {
             let _ = conn.execute_batch("ROLLBACK");
         }
@@ -167,4 +180,49 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize, wrote: &mpsc
 
 fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn open(path: &std::path::Path) -> Connection {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+        c
+    }
+
+    /// A job whose savepoint cannot be ended (here the job ends it itself, so the writer's
+    /// `RELEASE` fails) may have left its writes in the transaction: the group is rolled back
+    /// and the caller told, rather than committed with them.
+    #[test]
+    fn a_savepoint_that_cannot_be_ended_rolls_the_group_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        open(&path)
+            .execute_batch("CREATE TABLE t (x INTEGER)")
+            .unwrap();
+        let writer = Writer::start(open(&path), open(&path), 16, 1_000).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let out = rt.block_on(writer.run(|c| {
+            c.execute_batch("INSERT INTO t VALUES (1); RELEASE job;")
+                .map_err(db_err)
+        }));
+        assert!(out.is_err(), "the caller is told: {out:?}");
+        let ok = rt
+            .block_on(writer.run(|c| c.execute_batch("INSERT INTO t VALUES (2)").map_err(db_err)));
+        assert!(ok.is_ok(), "the writer goes on: {ok:?}");
+        let rows: Vec<i64> = open(&path)
+            .prepare("SELECT x FROM t ORDER BY x")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows, [2], "the broken job's write was not committed");
+    }
 }
