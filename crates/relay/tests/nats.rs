@@ -66,14 +66,29 @@ impl Env {
         let id = Uuid::now_v7().simple().to_string();
         let prefix = format!("campanile.test.{id}");
         let stream = format!("CAMPANILE_TEST_{id}");
-        js.create_stream(jetstream::stream::Config {
-            name: stream.clone(),
-            subjects: vec![format!("{prefix}.>")],
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        // Tests run in parallel and each deletes its stream when done; the server can fail a
+        // create racing a delete that empties its storage directory ("error creating store
+        // for stream", seen once in CI). Such a failure is the server's, not the relay's.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let created = js
+                .create_stream(jetstream::stream::Config {
+                    name: stream.clone(),
+                    subjects: vec![format!("{prefix}.>")],
+                    duplicate_window: Duration::from_secs(120),
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(_) => break,
+                Err(e) if attempt < 5 => {
+                    eprintln!("creating the test stream failed ({e}); again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("cannot create the test stream: {e}"),
+            }
+        }
         Some(Env {
             store,
             client,
