@@ -34,6 +34,10 @@ pub(crate) struct ReconcileArgs {
     /// up to where the limit is reached, and the report says so.
     #[arg(long, default_value_t = 1_000_000)]
     max_instants: usize,
+    /// An active schedule's instant still unplanned this many seconds after it came due is
+    /// reported as stalled (planning of that schedule is stuck), not as lag.
+    #[arg(long, default_value_t = 3_600)]
+    stall_after: u32,
     /// SQLite file path, or a postgres:// URL.
     #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
     database: String,
@@ -82,6 +86,7 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
             to,
             now,
             max_instants: args.max_instants,
+            stall_after: SignedDuration::from_secs(i64::from(args.stall_after)),
         };
         let ids = match args.schedule {
             Some(id) => vec![ScheduleId(id)],
@@ -119,9 +124,10 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
             Ok(())
         } else {
             Err(CliError::findings(format!(
-                "reconciliation found {} missing and {} unexpected occurrences; {} schedules \
-                 not fully checked (truncated or unreadable)",
+                "reconciliation found {} missing, {} stalled and {} unexpected occurrences; {} \
+                 schedules not fully checked (truncated or unreadable)",
                 report.missing.len(),
+                report.stalled.len(),
                 report.unexpected.len(),
                 report.truncated.len() + report.unreadable.len()
             )))
@@ -157,6 +163,7 @@ struct Report<'a> {
     schedules: usize,
     counts: BTreeMap<Class, u64>,
     missing: Vec<(ScheduleId, &'a Finding)>,
+    stalled: Vec<(ScheduleId, &'a Finding)>,
     unexpected: Vec<(ScheduleId, &'a Finding)>,
     truncated: Vec<&'a Reconciliation>,
     unreadable: Vec<(ScheduleId, String)>,
@@ -166,6 +173,7 @@ impl<'a> Report<'a> {
     /// Nothing missing or unexpected, and every schedule checked over the whole range.
     fn clean(&self) -> bool {
         self.missing.is_empty()
+            && self.stalled.is_empty()
             && self.unexpected.is_empty()
             && self.truncated.is_empty()
             && self.unreadable.is_empty()
@@ -184,6 +192,10 @@ impl<'a> Report<'a> {
             missing: results
                 .iter()
                 .flat_map(|r| r.missing.iter().map(move |f| (r.schedule_id, f)))
+                .collect(),
+            stalled: results
+                .iter()
+                .flat_map(|r| r.stalled.iter().map(move |f| (r.schedule_id, f)))
                 .collect(),
             unexpected: results
                 .iter()
@@ -210,6 +222,12 @@ impl<'a> Report<'a> {
         for (id, f) in self.missing.iter().take(LISTED) {
             println!(
                 "MISSING     schedule {} version {} at {}",
+                id.0, f.version, f.scheduled_for
+            );
+        }
+        for (id, f) in self.stalled.iter().take(LISTED) {
+            println!(
+                "STALLED     schedule {} version {} at {} (still unplanned)",
                 id.0, f.version, f.scheduled_for
             );
         }
@@ -259,6 +277,8 @@ impl<'a> Report<'a> {
             "schedules": self.schedules,
             "counts": counts,
             "missing_total": self.missing.len(),
+            "stalled_total": self.stalled.len(),
+            "stalled": self.stalled.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
             "unexpected_total": self.unexpected.len(),
             "missing": self.missing.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
             "unexpected": self.unexpected.iter().take(LISTED).map(finding).collect::<Vec<_>>(),

@@ -41,13 +41,16 @@ pub enum Class {
     Pending,
     /// Not planned yet: at or after where the schedule's planning stands, or in the future.
     NotPlannedYet,
+    /// Not planned yet although the schedule is active and the instant is older than the
+    /// range's `stall_after`: planning of this schedule is stuck (a finding).
+    Stalled,
     /// Should have an occurrence and has none, nor any record of why: a bug.
     Missing,
 }
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 8] = [
+    pub const ALL: [Class; 9] = [
         Class::Succeeded,
         Class::Failed,
         Class::Canceled,
@@ -55,6 +58,7 @@ impl Class {
         Class::Skipped,
         Class::Pending,
         Class::NotPlannedYet,
+        Class::Stalled,
         Class::Missing,
     ];
 
@@ -68,6 +72,7 @@ impl Class {
             Class::Skipped => "skipped",
             Class::Pending => "pending",
             Class::NotPlannedYet => "not_planned_yet",
+            Class::Stalled => "stalled",
             Class::Missing => "missing",
         }
     }
@@ -96,6 +101,10 @@ pub struct Range {
     /// At most this many expected instants per schedule; past it the result says `truncated`
     /// and covers the range up to `covered_to`.
     pub max_instants: usize,
+    /// An active schedule's unplanned instant older than `now` minus this is `Stalled`, not
+    /// lag: planning runs a horizon ahead, so even a planner recovering from an outage
+    /// reaches it within minutes.
+    pub stall_after: SignedDuration,
 }
 
 /// One instant worth reporting.
@@ -118,6 +127,8 @@ pub struct Reconciliation {
     pub counts: BTreeMap<Class, u64>,
     /// Expected instants with no occurrence and no record of why.
     pub missing: Vec<Finding>,
+    /// Expected instants of an active schedule left unplanned for longer than `stall_after`.
+    pub stalled: Vec<Finding>,
     /// Occurrences at instants their version's calendar does not fire.
     pub unexpected: Vec<Finding>,
     /// Whether `max_instants` cut the range short.
@@ -129,7 +140,7 @@ pub struct Reconciliation {
 impl Reconciliation {
     /// Whether anything is wrong: a missing or an unexpected occurrence.
     pub fn has_problems(&self) -> bool {
-        !self.missing.is_empty() || !self.unexpected.is_empty()
+        !self.missing.is_empty() || !self.unexpected.is_empty() || !self.stalled.is_empty()
     }
 }
 
@@ -154,6 +165,7 @@ pub async fn reconcile(
         to: ms(range.to),
         now: ms(range.now),
         max_instants: range.max_instants,
+        stall_after: range.stall_after,
     };
     // The schedule, its versions and its planning position, read again if a change landed
     // between the reads (they are not one snapshot).
@@ -241,6 +253,7 @@ pub async fn reconcile(
         schedule_id: id,
         counts: BTreeMap::new(),
         missing: Vec::new(),
+        stalled: Vec::new(),
         unexpected: Vec::new(),
         truncated,
         covered_to,
@@ -253,7 +266,24 @@ pub async fn reconcile(
                 .max_by_key(|(v, _)| *v)
                 .map_or(Class::Canceled, |(_, s)| Class::of(*s)),
             None if in_gap(at) => Class::Missed,
-            None if at > range.now || position.is_some_and(|p| at >= p) => Class::NotPlannedYet,
+            None if at > range.now => Class::NotPlannedYet,
+            None if position.is_some_and(|p| at >= p) => {
+                let stuck = record.state == ScheduleState::Active
+                    && range
+                        .now
+                        .checked_sub(range.stall_after)
+                        .is_ok_and(|limit| at < limit);
+                if stuck {
+                    out.stalled.push(Finding {
+                        version,
+                        scheduled_for: at,
+                        state: None,
+                    });
+                    Class::Stalled
+                } else {
+                    Class::NotPlannedYet
+                }
+            }
             None if boundary => continue,
             None => {
                 out.missing.push(Finding {

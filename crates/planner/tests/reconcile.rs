@@ -24,6 +24,7 @@ async fn run(env: &Env, id: ScheduleId, from: Timestamp, to: Timestamp) -> Recon
         to,
         now: to,
         max_instants: 100_000,
+        stall_after: SignedDuration::from_hours(1),
     };
     reconcile(env.store.as_ref(), env.tenant, id, &range)
         .await
@@ -273,6 +274,7 @@ async fn an_update_behind_a_lagging_planner_records_what_it_supersedes(env: Env)
         to: at,
         now: at,
         max_instants: 10,
+        stall_after: SignedDuration::from_hours(1),
     };
     let err = reconcile(env.store.as_ref(), other, id, &range)
         .await
@@ -345,3 +347,46 @@ async fn a_long_pause_ended_by_a_cancel_is_summarized(env: Env) {
 }
 
 both!(a_long_pause_ended_by_a_cancel_is_summarized);
+
+/// An active schedule whose planning stopped (nothing planned for three hours, the node
+/// still live) has its instants older than `stall_after` reported as stalled; a paused one's
+/// unplanned instants are not.
+async fn planning_that_stopped_is_reported_stalled(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let active = s
+        .create(env.tenant, utc("*/10 * * * *"), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let paused = s
+        .create(env.tenant, utc("*/10 * * * *"), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    p.tick(Some(t0)).await.unwrap(); // 00:00, 00:10
+    s.transition(
+        env.tenant,
+        paused,
+        ScheduleState::Paused,
+        Some(plus(t0, 60)),
+    )
+    .await
+    .unwrap();
+    let now = plus(t0, 3 * 3600);
+    let r = run(&env, active, t0, now).await;
+    let stalled: Vec<Timestamp> = r.stalled.iter().map(|f| f.scheduled_for).collect();
+    // 00:20 … 01:50 are more than an hour old and unplanned; 02:00 … 02:50 are lag.
+    let expect: Vec<Timestamp> = (2..12).map(|k| plus(t0, 600 * k)).collect();
+    assert_eq!(stalled, expect);
+    assert_eq!(count(&r, Class::NotPlannedYet), 6);
+    assert!(r.has_problems());
+    let q = run(&env, paused, t0, now).await;
+    assert!(q.stalled.is_empty(), "{:?}", q.counts);
+    assert!(!q.has_problems());
+}
+
+both!(planning_that_stopped_is_reported_stalled);
