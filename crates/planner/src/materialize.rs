@@ -58,10 +58,21 @@ fn occurrence(
     available_at: Timestamp,
     state: OccurrenceState,
 ) -> NewOccurrence {
-    let s = input.spec;
+    new_occurrence(input.id, input.version, input.spec, at, available_at, state)
+}
+
+/// The occurrence of version `version` of schedule `id` (definition `s`) at `at`.
+pub(crate) fn new_occurrence(
+    id: ScheduleId,
+    version: u32,
+    s: &ScheduleSpec,
+    at: Timestamp,
+    available_at: Timestamp,
+    state: OccurrenceState,
+) -> NewOccurrence {
     NewOccurrence {
-        schedule_id: input.id,
-        version: input.version,
+        schedule_id: id,
+        version,
         scheduled_for: at,
         available_at,
         queue: s.queue.clone(),

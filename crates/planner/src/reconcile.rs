@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use campanile_calendar::Calendar;
 use campanile_core::{OccurrenceState, ScheduleId};
 use campanile_store::{
-    MissedRange, MissedRangeList, OccurrenceList, ScheduleGet, ScheduleState, Store, StoreError,
-    TenantId, Timing,
+    MissedRange, MissedRangeList, OccurrenceList, ScheduleGet, ScheduleRecord, ScheduleState,
+    Store, StoreError, TenantId, Timing,
 };
 use jiff::{SignedDuration, Timestamp};
 
@@ -167,33 +167,23 @@ pub async fn reconcile(
         max_instants: range.max_instants,
         stall_after: range.stall_after,
     };
-    // The schedule, its versions and its planning position, read again if a change landed
-    // between the reads (they are not one snapshot).
+    // The schedule and its versions, read again if a change landed between the reads (they
+    // are not one snapshot).
+    let get = ScheduleGet { tenant, id };
     let mut reads = 0;
-    let (record, versions, position) = loop {
+    let (record, versions) = loop {
         reads += 1;
-        let get = ScheduleGet { tenant, id };
         let record = store
             .schedule_get(get.clone())
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
         let versions = store.schedule_versions(get.clone()).await?;
-        // Where planning stands: later instants are not planned yet.
-        let position = match record.state {
-            ScheduleState::Active => store.schedule_position(tenant, id).await?,
-            ScheduleState::Paused => record.next_run_at,
-            _ => None,
-        };
-        let again = store.schedule_get(get).await?;
-        let settled = versions.last().map(|v| v.version) == Some(record.version)
-            && again.is_some_and(|a| a.version == record.version && a.state == record.state);
-        if settled {
-            break (record, versions, position);
+        let again = store.schedule_get(get.clone()).await?;
+        if versions.last().map(|v| v.version) == Some(record.version) && unchanged(&record, again) {
+            break (record, versions);
         }
         if reads >= 5 {
-            return Err(PlannerError::Invalid(format!(
-                "schedule {id} changed during each of {reads} reads; reconcile it again"
-            )));
+            return Err(changing(id, reads));
         }
     };
     let calendars: HashMap<u32, Calendar> = versions
@@ -247,6 +237,24 @@ pub async fn reconcile(
     let in_gap = |t: Timestamp| {
         gaps.iter()
             .any(|g: &MissedRange| g.first_at <= t && t <= g.last_at)
+    };
+
+    // Where planning stands (later instants are not planned yet), read only when an instant
+    // due by now has no record at all: an active schedule's position is a scan of its shard's
+    // planning queue, and a healthy schedule has a record for everything due.
+    let unrecorded = expected
+        .keys()
+        .any(|at| *at <= range.now && !recorded.contains_key(at) && !in_gap(*at));
+    let position = match record.state {
+        ScheduleState::Active if unrecorded => {
+            let position = store.schedule_position(tenant, id).await?;
+            if !unchanged(&record, store.schedule_get(get).await?) {
+                return Err(changing(id, reads + 1));
+            }
+            position
+        }
+        ScheduleState::Paused => record.next_run_at,
+        _ => None,
     };
 
     let mut out = Reconciliation {
@@ -312,6 +320,18 @@ pub async fn reconcile(
         }
     }
     Ok(out)
+}
+
+/// Whether the schedule read `again` is still the one `record` describes (a change bumps the
+/// version; a resume keeps it and changes the state).
+fn unchanged(record: &ScheduleRecord, again: Option<ScheduleRecord>) -> bool {
+    again.is_some_and(|a| a.version == record.version && a.state == record.state)
+}
+
+fn changing(id: ScheduleId, reads: u32) -> PlannerError {
+    PlannerError::Invalid(format!(
+        "schedule {id} changed during each of {reads} reads; reconcile it again"
+    ))
 }
 
 /// The schedule's occurrences in `[from, to)`: per instant, each one's version and state.

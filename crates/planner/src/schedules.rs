@@ -7,6 +7,7 @@ use campanile_core::ScheduleId;
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
 
+use crate::materialize::new_occurrence;
 use crate::{PlannerError, calendar_of, shard_of};
 
 /// A schedule with its next planned instants.
@@ -256,38 +257,56 @@ impl Schedules {
         let cal = validate(&spec)?;
         let now = now_of(self.store.as_ref(), now).await?;
         let next = first_instant(&spec, &cal, now)?;
-        // What the update supersedes, read before its transaction: read again if a concurrent
-        // change made it stale while the caller's version is still current.
-        let mut attempts = 0;
-        let change = loop {
-            attempts += 1;
-            let superseded = self.superseded(tenant, id, now).await?;
-            if superseded.version != 0 && superseded.version != expected_version {
-                return Err(StoreError::VersionConflict {
-                    current: superseded.version,
-                }
-                .into());
-            }
-            match self
-                .store
-                .schedule_update(ScheduleUpdate {
+        let fires_per_hour = fires_per_hour(&cal, now);
+        let change = self
+            .superseding(tenant, id, now, true, |superseded| {
+                self.store.schedule_update(ScheduleUpdate {
                     tenant,
                     id,
                     expected_version,
                     spec: spec.clone(),
                     next_run_at: next,
-                    fires_per_hour: fires_per_hour(&cal, now),
+                    fires_per_hour,
                     superseded,
                     now: Some(now),
                 })
-                .await
-            {
-                Err(StoreError::VersionConflict { current })
-                    if current == expected_version && attempts < 5 => {}
-                other => break other?,
-            }
-        };
+            })
+            .await?;
         Ok((Self::view(change.schedule.clone(), now), change))
+    }
+
+    /// Runs `change` (an update, or a transition that records what it supersedes when
+    /// `record`: a cancel) with the list of what it supersedes, read before its transaction.
+    /// A change refused as a version conflict although the list named the current version is
+    /// a stale caller and answered as such; a list made stale by a change that landed since it
+    /// was read is read again (up to five times).
+    async fn superseding<F, Fut>(
+        &self,
+        tenant: TenantId,
+        id: ScheduleId,
+        now: Timestamp,
+        record: bool,
+        mut change: F,
+    ) -> Result<ScheduleChange, PlannerError>
+    where
+        F: FnMut(Superseded) -> Fut,
+        Fut: std::future::Future<Output = Result<ScheduleChange, StoreError>>,
+    {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let list = if record {
+                self.superseded(tenant, id, now).await?
+            } else {
+                Superseded::default()
+            };
+            let read_for = list.version;
+            match change(list).await {
+                Err(StoreError::VersionConflict { current })
+                    if record && current != read_for && attempts < 5 => {}
+                other => return Ok(other?),
+            }
+        }
     }
 
     /// The current definition's instants from where its planning stands up to `now`: due
@@ -336,23 +355,12 @@ impl Schedules {
             .iter_after(start)
             .take_while(|t| *t < now)
             .filter(|t| !recorded.contains_key(t));
-        let spec = &record.spec;
         let rows: Vec<NewOccurrence> = instants
             .by_ref()
             .take(MAX_SUPERSEDED)
-            .map(|at| NewOccurrence {
-                schedule_id: id,
-                version: record.version,
-                scheduled_for: at,
-                available_at: at,
-                queue: spec.queue.clone(),
-                priority: spec.priority,
-                max_attempts: spec.max_attempts,
-                backoff_initial: spec.backoff_initial,
-                backoff_max: spec.backoff_max,
-                state: campanile_core::OccurrenceState::Canceled,
-                overlap: spec.overlap,
-                lease: spec.lease,
+            .map(|at| {
+                let canceled = campanile_core::OccurrenceState::Canceled;
+                new_occurrence(id, record.version, &record.spec, at, at, canceled)
             })
             .collect();
         // The rest, counted up to a bound (a definition firing every second for years).
@@ -403,34 +411,18 @@ impl Schedules {
         now: Option<Timestamp>,
     ) -> Result<(ScheduleView, ScheduleChange), PlannerError> {
         let now = now_of(self.store.as_ref(), now).await?;
-        // A cancel records what it supersedes, read before its transaction: if a concurrent
-        // change made that list stale, the store refuses it as a version conflict and it is
-        // read again.
-        let mut attempts = 0;
-        let change = loop {
-            attempts += 1;
-            let superseded = if to == ScheduleState::Canceled {
-                self.superseded(tenant, id, now).await?
-            } else {
-                Superseded::default()
-            };
-            match self
-                .store
-                .schedule_transition(ScheduleTransition {
+        let cancel = to == ScheduleState::Canceled;
+        let change = self
+            .superseding(tenant, id, now, cancel, |superseded| {
+                self.store.schedule_transition(ScheduleTransition {
                     tenant,
                     id,
                     to,
                     superseded,
                     now: Some(now),
                 })
-                .await
-            {
-                // Only a stale list makes a transition conflict.
-                Err(StoreError::VersionConflict { .. })
-                    if to == ScheduleState::Canceled && attempts < 5 => {}
-                other => break other?,
-            }
-        };
+            })
+            .await?;
         Ok((Self::view(change.schedule.clone(), now), change))
     }
 }
