@@ -51,7 +51,18 @@ pub(crate) enum TenantCommand {
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
     },
-    /// List tenants.
+    /// Put a tenant in a class: the `tenant_class` label of its lag metrics (at most 16
+    /// distinct classes; `default` unless set). Running nodes pick it up within 30 s.
+    Class {
+        /// The tenant's name.
+        name: String,
+        /// The class: 1-32 lower-case letters, digits, '-' or '_'.
+        class: String,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// List tenants: name, creation time and class, tab-separated.
     List {
         /// SQLite file path, or a postgres:// URL.
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
@@ -96,6 +107,7 @@ fn store_err(e: campanile_store::StoreError) -> CliError {
         campanile_store::StoreError::AlreadyExists(m) => {
             CliError::usage(format!("{m} already exists"))
         }
+        campanile_store::StoreError::Invalid(m) => CliError::usage(m),
         other => CliError::runtime(other.to_string()),
     }
 }
@@ -113,6 +125,18 @@ fn valid_name(name: &str) -> Result<(), CliError> {
             "tenant name '{name}': use 1-64 letters, digits, '-', '_' or '.'"
         )))
     }
+}
+
+/// The tenant called `name`; a usage error if there is none.
+async fn tenant_named(
+    store: &dyn campanile_store::Store,
+    name: &str,
+) -> Result<campanile_store::Tenant, CliError> {
+    store
+        .tenant_by_name(name)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))
 }
 
 pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
@@ -148,11 +172,7 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                     return Err(CliError::usage("quotas must not be negative"));
                 }
                 let store = db::open(&database, None).await?;
-                let tenant = store
-                    .tenant_by_name(&name)
-                    .await
-                    .map_err(store_err)?
-                    .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))?;
+                let tenant = tenant_named(store.as_ref(), &name).await?;
                 store
                     .tenant_quota_set(campanile_store::TenantQuota {
                         tenant: tenant.id,
@@ -174,20 +194,32 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                     return Err(CliError::usage("--max-running must not be negative"));
                 }
                 let store = db::open(&database, None).await?;
-                let tenant = store
-                    .tenant_by_name(&name)
-                    .await
-                    .map_err(store_err)?
-                    .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))?;
+                let tenant = tenant_named(store.as_ref(), &name).await?;
                 store
                     .queue_limit_set(tenant.id, &queue, max_running)
+                    .await
+                    .map_err(store_err)?;
+            }
+            TenantCommand::Class {
+                name,
+                class,
+                database,
+            } => {
+                campanile_store::classes::validate(&class).map_err(store_err)?;
+                let store = db::open(&database, None).await?;
+                let tenant = tenant_named(store.as_ref(), &name).await?;
+                store
+                    .tenant_class_set(campanile_store::TenantClassSet {
+                        tenant: tenant.id,
+                        class,
+                    })
                     .await
                     .map_err(store_err)?;
             }
             TenantCommand::List { database } => {
                 let store = db::open(&database, None).await?;
                 for t in store.tenant_list().await.map_err(store_err)? {
-                    println!("{}\t{}", t.name, t.created_at);
+                    println!("{}\t{}\t{}", t.name, t.created_at, t.class);
                 }
             }
         }
@@ -205,14 +237,7 @@ pub(crate) fn key(cmd: KeyCommand) -> Result<(), CliError> {
             } => {
                 let store = db::open(&database, None).await?;
                 let tenant_id = match tenant {
-                    Some(name) => Some(
-                        store
-                            .tenant_by_name(&name)
-                            .await
-                            .map_err(store_err)?
-                            .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))?
-                            .id,
-                    ),
+                    Some(name) => Some(tenant_named(store.as_ref(), &name).await?.id),
                     None => None,
                 };
                 println!(

@@ -313,5 +313,16 @@ fn tenant_and_key_admin() {
         db,
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A class labels the tenant's lag metrics; list shows it; a malformed one or an unknown
+    // tenant is a usage error.
+    let o = campanile(&["tenant", "class", "acme", "pro", "--database", db]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = campanile(&["tenant", "list", "--database", db]);
+    assert!(stdout(&o).trim_end().ends_with("\tpro"), "{}", stdout(&o));
+    let o = campanile(&["tenant", "class", "acme", "Pro!", "--database", db]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("lower-case"), "{}", stderr(&o));
+    let o = campanile(&["tenant", "class", "nobody", "pro", "--database", db]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -76,12 +76,15 @@ pub struct Planner {
     /// the start of the last acquisition that succeeded (the mark it wrote lasts at least as
     /// long).
     live_until: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The tenants' classes, the label of the schedule-lag histogram.
+    classes: campanile_store::classes::TenantClasses,
 }
 
 impl Planner {
     /// A planner over `store`.
     pub fn new(store: Arc<dyn Store>, cfg: PlannerConfig) -> Planner {
         Planner {
+            classes: campanile_store::classes::TenantClasses::new(store.clone()),
             store,
             cfg,
             wake: Notify::new(),
@@ -132,6 +135,7 @@ impl Planner {
         // planned before an outage and what this pass plans late agree on what is late.
         let mut renewed = std::time::Instant::now();
         let (leases, resumed) = self.acquire(Some(now)).await?;
+        self.classes.refresh().await;
         let mut report = TickReport {
             shards: leases.len(),
             resumed,
@@ -350,7 +354,7 @@ impl Planner {
                     now,
                     horizon: self.cfg.horizon,
                 });
-                record_plan(&p, now);
+                record_plan(&p, now, &self.classes.cached(d.tenant));
                 (p.occurrences, p.missed, p.next_run_at)
             }
             Err(e) => {
@@ -444,8 +448,11 @@ impl Planner {
 
 /// Schedule lag (`visible_at - scheduled_for`, where an occurrence becomes visible when it is
 /// planned or when it becomes available, whichever is later) and misses, per planned item.
-fn record_plan(p: &crate::materialize::Planned, now: Timestamp) {
+fn record_plan(p: &crate::materialize::Planned, now: Timestamp, class: &Arc<str>) {
     let mut missed = p.missed.as_ref().map_or(0, |m| m.count);
+    let histogram = (!p.occurrences.is_empty()).then(|| {
+        metrics::histogram!("campanile_schedule_lag_seconds", "tenant_class" => class.to_string())
+    });
     for o in &p.occurrences {
         match o.state {
             campanile_core::OccurrenceState::Missed => missed += 1,
@@ -454,7 +461,9 @@ fn record_plan(p: &crate::materialize::Planned, now: Timestamp) {
                 let lag = (visible.as_millisecond() - o.scheduled_for.as_millisecond()).max(0)
                     as f64
                     / 1000.0;
-                metrics::histogram!("campanile_schedule_lag_seconds").record(lag);
+                if let Some(h) = &histogram {
+                    h.record(lag);
+                }
             }
         }
     }

@@ -341,7 +341,7 @@ async fn resuming_is_held_to_the_quotas_of_creating(env: Env) {
         matches!(
             refused,
             Err(campanile_planner::PlannerError::Store(
-                StoreError::QuotaExceeded(_)
+                StoreError::QuotaExceeded { .. }
             ))
         ),
         "{refused:?}"

@@ -142,6 +142,8 @@ pub struct Relay {
     js: jetstream::Context,
     cfg: RelayConfig,
     live: Option<Liveness>,
+    /// The tenants' classes, the label of the claim-lag histogram.
+    classes: Arc<campanile_store::classes::TenantClasses>,
 }
 
 impl Relay {
@@ -149,6 +151,7 @@ impl Relay {
     #[must_use]
     pub fn new(store: Arc<dyn Store>, client: async_nats::Client, cfg: RelayConfig) -> Relay {
         Relay {
+            classes: Arc::new(campanile_store::classes::TenantClasses::new(store.clone())),
             store,
             js: jetstream::new(client.clone()),
             client,
@@ -197,7 +200,10 @@ impl Relay {
         if claimed.is_empty() {
             return Ok(report);
         }
-        Claimed::count(claimed.iter().map(|r| &r.claim));
+        for r in &claimed {
+            let class = self.classes.class_of(r.tenant).await;
+            Claimed::count(&class, std::iter::once(&r.claim));
+        }
         // Send every message first, then wait for all the acknowledgements at once, under one
         // deadline well inside the lease: a broker that stops answering mid-batch costs this
         // batch a failed attempt each, never a wait past the lease (which would let another

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use campanile_store::{StoreError, TenantCreate};
+use campanile_store::{StoreError, TenantClassSet, TenantCreate};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -28,6 +28,16 @@ pub(crate) struct TenantOut {
     /// Creation.
     #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
+    /// Its class: the `tenant_class` label of its lag metrics (`default` unless set).
+    class: String,
+}
+
+/// Body of `PUT /v1/admin/tenants/{name}/class`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClassInput {
+    /// 1-32 lower-case letters, digits, `-` or `_`; at most 16 distinct classes in all.
+    class: String,
 }
 
 /// A new key: shown once, stored only as a hash.
@@ -110,6 +120,7 @@ pub(crate) async fn list_tenants(
         .map(|t| TenantOut {
             name: t.name,
             created_at: t.created_at,
+            class: t.class,
         })
         .collect();
     Ok(Json(TenantList { tenants }))
@@ -136,4 +147,36 @@ pub(crate) async fn create_key(
             api_key,
         }),
     ))
+}
+
+/// Put a tenant in a class: the `tenant_class` label of its schedule-lag and claim-lag
+/// histograms (nodes pick a change up within 30 s). Classes keep the metrics' cardinality
+/// bounded: at most 16 distinct classes across all tenants.
+#[utoipa::path(put, path = "/v1/admin/tenants/{name}/class", tag = "admin", params(("name" = String, Path)),
+    request_body = ClassInput,
+    responses((status = 200, body = TenantOut), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn set_class(
+    State(state): State<AppState>,
+    _admin: Admin,
+    PathParams(name): PathParams<String>,
+    body: JsonBody<ClassInput>,
+) -> Result<Json<TenantOut>, ApiError> {
+    let class = body.value.class;
+    let t = state
+        .store
+        .tenant_by_name(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))?;
+    state
+        .store
+        .tenant_class_set(TenantClassSet {
+            tenant: t.id,
+            class: class.clone(),
+        })
+        .await?;
+    Ok(Json(TenantOut {
+        name: t.name,
+        created_at: t.created_at,
+        class,
+    }))
 }

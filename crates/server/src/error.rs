@@ -87,11 +87,13 @@ impl ApiError {
             .with_details(serde_json::to_value(conflict).unwrap_or_default())
     }
 
-    /// 429 with `Retry-After`.
-    pub fn rate_limited(message: impl Into<String>, retry_after_secs: u64) -> ApiError {
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
-        e.retry_after = Some(retry_after_secs.max(1));
-        e
+    /// 429 `quota_exceeded`, naming the quota in `details.quota`. No `Retry-After`: these
+    /// quotas (active schedules, trigger rate) do not lapse with time — retrying later
+    /// succeeds only once the tenant pauses or cancels schedules, or an admin raises the
+    /// limit, so a client told to come back in a minute would only loop.
+    pub fn quota_exceeded(quota: campanile_store::Quota, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message)
+            .with_details(serde_json::json!({ "quota": quota.as_str() }))
     }
 
     /// 503 with `Retry-After: 1`: this node does not hand out work while its liveness mark
@@ -179,9 +181,10 @@ impl From<StoreError> for ApiError {
             StoreError::WrongState(m) => ApiError::new(StatusCode::CONFLICT, "wrong_state", m),
             StoreError::AlreadyExists(m) => ApiError::new(StatusCode::CONFLICT, "already_exists", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
-            StoreError::QuotaExceeded(m) => {
-                metrics::counter!("campanile_throttled_requests_total").increment(1);
-                ApiError::rate_limited(m, 60)
+            StoreError::QuotaExceeded { quota, message } => {
+                metrics::counter!("campanile_throttled_requests_total", "quota" => quota.as_str())
+                    .increment(1);
+                ApiError::quota_exceeded(quota, message)
             }
             other => {
                 tracing::error!(error = %other, "store error");

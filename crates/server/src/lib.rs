@@ -19,10 +19,10 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use campanile_planner::Planner;
 use campanile_planner::schedules::Schedules;
-use campanile_store::Store;
+use campanile_store::{Quota, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use utoipa::OpenApi;
 
@@ -64,6 +64,8 @@ pub struct AppState {
     pub(crate) planner: Option<Arc<Planner>>,
     pub(crate) relay: bool,
     pub(crate) keys: Arc<auth::KeyCache>,
+    /// The tenants' classes, the label of the claim-lag histogram.
+    pub(crate) classes: Arc<campanile_store::classes::TenantClasses>,
     metrics: PrometheusHandle,
 }
 
@@ -76,6 +78,7 @@ impl AppState {
     ) -> AppState {
         AppState {
             schedules: Schedules::new(store.clone(), cfg.shards),
+            classes: Arc::new(campanile_store::classes::TenantClasses::new(store.clone())),
             store,
             planner,
             relay: cfg.relay,
@@ -133,7 +136,7 @@ fn metrics_handle() -> PrometheusHandle {
         schedules::cancel, schedules::preview,
         occurrences::list, occurrences::get, occurrences::get_planned, occurrences::claim, occurrences::renew,
         occurrences::complete, occurrences::fail, occurrences::completions, occurrences::redrive, occurrences::cancel,
-        admin::create_tenant, admin::list_tenants, admin::create_key,
+        admin::create_tenant, admin::list_tenants, admin::create_key, admin::set_class,
         healthz, readyz
     ),
     modifiers(&BearerAuth),
@@ -235,6 +238,7 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
             post(admin::create_tenant).get(admin::list_tenants),
         )
         .route("/admin/tenants/{name}/keys", post(admin::create_key))
+        .route("/admin/tenants/{name}/class", put(admin::set_class))
         .method_not_allowed_fallback(method_not_allowed);
     Router::new()
         .nest("/v1", v1)
@@ -330,7 +334,7 @@ pub const METRICS: &[(&str, &str)] = &[
     ),
     (
         "campanile_throttled_requests_total",
-        "Requests refused by a quota (429).",
+        "Requests refused by a quota (429), by quota (max_active_schedules, max_triggers_per_sec).",
     ),
     (
         "campanile_occurrences_skipped_overlap_total",
@@ -358,11 +362,11 @@ pub const METRICS: &[(&str, &str)] = &[
     ),
     (
         "campanile_schedule_lag_seconds",
-        "visible_at - scheduled_for of planned occurrences.",
+        "visible_at - scheduled_for of planned occurrences, by tenant class.",
     ),
     (
         "campanile_claim_lag_seconds",
-        "claimed_at - available_at of claimed occurrences.",
+        "claimed_at - available_at of claimed occurrences, by tenant class.",
     ),
 ];
 
@@ -371,6 +375,12 @@ fn register_metrics() {
         let name: &'static str = name;
         if name.ends_with("_lag_seconds") {
             metrics::describe_histogram!(name, metrics::Unit::Seconds, *help);
+        } else if name == "campanile_throttled_requests_total" {
+            // One series per quota that refuses requests, each from zero.
+            metrics::describe_counter!(name, *help);
+            for quota in Quota::ALL {
+                metrics::counter!(name, "quota" => quota.as_str()).absolute(0);
+            }
         } else if name.ends_with("_total") {
             metrics::describe_counter!(name, *help);
             metrics::counter!(name).absolute(0);

@@ -252,7 +252,7 @@ pub(crate) async fn claim(
             now: None,
         })
         .await?;
-    Claimed::count(got.iter());
+    Claimed::count(&state.classes.class_of(caller.tenant).await, got.iter());
     Ok(Json(ClaimOut {
         occurrences: got
             .into_iter()

@@ -1083,9 +1083,14 @@ async fn health_readiness_metrics_and_openapi() {
         }
     }
     assert!(
-        text.contains("campanile_claim_lag_seconds_bucket"),
-        "claim lag is a histogram with buckets: {text}"
+        text.contains("campanile_claim_lag_seconds_bucket{tenant_class=\"default\""),
+        "claim lag is a histogram with buckets, by tenant class: {text}"
     );
+    // Refusals by quota, each series from zero.
+    for quota in ["max_active_schedules", "max_triggers_per_sec"] {
+        let series = format!("campanile_throttled_requests_total{{quota=\"{quota}\"}}");
+        assert!(text.contains(&series), "{series} missing: {text}");
+    }
     let (s, doc) = app.call("GET", "/openapi.json", None, None).await;
     assert_eq!(s, StatusCode::OK);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
@@ -1239,9 +1244,11 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
     let (s, v, headers) = app.raw(req).await;
     assert_eq!(
         (s, code(&v)),
-        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
+        (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded")
     );
-    assert!(headers.get("retry-after").is_some());
+    assert_eq!(v["details"]["quota"], "max_active_schedules", "{v}");
+    // The limit does not lapse with time: no Retry-After telling a client to loop.
+    assert!(headers.get("retry-after").is_none());
     assert!(v["message"].as_str().unwrap().contains("at most 1 active"));
     // Pausing frees the slot; resuming needs it again, like creating.
     let (s, _) = app
@@ -1272,7 +1279,7 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
         .await;
     assert_eq!(
         (s, code(&v)),
-        (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         "{v}"
     );
     let (_, got) = app
@@ -1282,6 +1289,72 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
         got["state"], "PAUSED",
         "a refused resume leaves it paused: {got}"
     );
+}
+
+/// An admin puts a tenant in a class; its schedule-lag and claim-lag observations carry the
+/// class as their `tenant_class` label (bounded: classes are validated and few).
+#[tokio::test]
+async fn tenant_classes_label_the_lag_metrics() {
+    let app = app().await;
+    let admin = issue_key(app.store.as_ref(), None, true).await.unwrap();
+    let put = async |tenant: &str, body: Value, key: &str| {
+        app.call(
+            "PUT",
+            &format!("/v1/admin/tenants/{tenant}/class"),
+            Some(key),
+            Some(body),
+        )
+        .await
+    };
+    let (s, v) = put("a", json!({"class": "gold-tier"}), &admin).await;
+    assert_eq!(
+        (s, v["class"].as_str()),
+        (StatusCode::OK, Some("gold-tier")),
+        "{v}"
+    );
+    let (s, v) = put("a", json!({"class": "Gold Tier"}), &admin).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{v}"
+    );
+    assert!(v["message"].as_str().unwrap().contains("lower-case"), "{v}");
+    let (s, v) = put("ghost", json!({"class": "gold-tier"}), &admin).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (s, v) = put("a", json!({"class": "gold-tier"}), &app.a).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+    let (_, l) = app
+        .call("GET", "/v1/admin/tenants", Some(&admin), None)
+        .await;
+    let classes: Vec<(&str, &str)> = l["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["class"].as_str().unwrap()))
+        .collect();
+    assert_eq!(classes, [("a", "gold-tier"), ("b", "default")]);
+
+    app.call("POST", "/v1/schedules", Some(&app.a), Some(due_now("q")))
+        .await;
+    app.plan().await;
+    let (_, c) = app
+        .call(
+            "POST",
+            "/v1/queues/q/claim",
+            Some(&app.a),
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(c["occurrences"].as_array().unwrap().len(), 1);
+    let (_, m) = app.call("GET", "/metrics", None, None).await;
+    let text = m.as_str().unwrap();
+    for name in [
+        "campanile_schedule_lag_seconds",
+        "campanile_claim_lag_seconds",
+    ] {
+        let series = format!("{name}_bucket{{tenant_class=\"gold-tier\"");
+        assert!(text.contains(&series), "{series} missing: {text}");
+    }
 }
 
 #[tokio::test]
@@ -1450,9 +1523,10 @@ async fn trigger_rate_quota_answers_429() {
         .await;
     assert_eq!(
         (s, code(&v)),
-        (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         "{v}"
     );
+    assert_eq!(v["details"]["quota"], "max_triggers_per_sec", "{v}");
     assert!(v["message"].as_str().unwrap().contains("per second"));
     // Slowing the first one down makes room (an update replaces its own rate).
     let id = {

@@ -14,13 +14,14 @@ fn tenant(r: &Row) -> R<Tenant> {
         id: TenantId(r.get(0)),
         name: r.get(1),
         created_at: ts(r.get(2))?,
+        class: r.get(3),
     })
 }
 
 pub(crate) async fn tenant_list(c: &Client) -> R<Vec<Tenant>> {
     query(
         c,
-        "SELECT id, name, created_at FROM tenants ORDER BY name",
+        "SELECT id, name, created_at, class FROM tenants ORDER BY name",
         &[],
     )
     .await?
@@ -32,7 +33,7 @@ pub(crate) async fn tenant_list(c: &Client) -> R<Vec<Tenant>> {
 pub(crate) async fn tenant_by_name(c: &Client, name: &str) -> R<Option<Tenant>> {
     query(
         c,
-        "SELECT id, name, created_at FROM tenants WHERE name = $1",
+        "SELECT id, name, created_at, class FROM tenants WHERE name = $1",
         &[&name],
     )
     .await?
@@ -164,6 +165,40 @@ pub(crate) async fn tenant_quota_set(c: &Client, p: TenantQuota) -> R<()> {
     Ok(())
 }
 
+/// Sets a tenant's class, refusing one that would make more than `classes::MAX_CLASSES`
+/// distinct classes: counted under a transaction-scoped advisory lock, so two admins (on any
+/// nodes) cannot both pass the count.
+pub(crate) async fn tenant_class_set(c: &mut Client, p: TenantClassSet) -> R<()> {
+    classes::validate(&p.class)?;
+    let tx = c.transaction().await.map_err(crate::pg_err)?;
+    execute(
+        &tx,
+        "SELECT pg_advisory_xact_lock(hashtextextended('campanile/tenant-classes', 0))",
+        &[],
+    )
+    .await?;
+    let rows = query(
+        &tx,
+        "SELECT COUNT(DISTINCT class), COALESCE(bool_or(class = $2), false) FROM tenants WHERE id <> $1 AND class <> 'default'",
+        &[&p.tenant.0, &p.class],
+    )
+    .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Database("no count returned".into()))?;
+    classes::check_count(&p.class, row.get(0), row.get(1))?;
+    let n = execute(
+        &tx,
+        "UPDATE tenants SET class = $2 WHERE id = $1",
+        &[&p.tenant.0, &p.class],
+    )
+    .await?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
+    }
+    tx.commit().await.map_err(crate::pg_err)
+}
+
 pub(crate) async fn queue_limit_set(
     c: &Client,
     tenant: TenantId,
@@ -228,9 +263,12 @@ pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
         .first()
         .map_or(0, |r| r.get(0));
         if active + adding > limit {
-            return Err(StoreError::QuotaExceeded(format!(
-                "the tenant may have at most {limit} active schedules ({active} now)"
-            )));
+            return Err(StoreError::QuotaExceeded {
+                quota: Quota::ActiveSchedules,
+                message: format!(
+                    "the tenant may have at most {limit} active schedules ({active} now)"
+                ),
+            });
         }
     }
     if let Some(rate) = max_rate {
@@ -243,9 +281,12 @@ pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
         .first()
         .map_or(0, |r| r.get(0));
         if fires + fires_per_hour > rate * 3600 {
-            return Err(StoreError::QuotaExceeded(format!(
-                "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
-            )));
+            return Err(StoreError::QuotaExceeded {
+                quota: Quota::TriggersPerSec,
+                message: format!(
+                    "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
+                ),
+            });
         }
     }
     Ok(())

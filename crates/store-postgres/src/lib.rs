@@ -543,6 +543,10 @@ impl Store for PgStore {
         admin::tenant_quota_set(&self.client().await?, p).await
     }
 
+    async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError> {
+        admin::tenant_class_set(&mut self.client().await?, p).await
+    }
+
     async fn queue_limit_set(
         &self,
         tenant: TenantId,

@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "node_marks_by_end",
         include_str!("../migrations/0009_node_marks_by_end.sql"),
     ),
+    (
+        10,
+        "tenant_class",
+        include_str!("../migrations/0010_tenant_class.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -91,6 +91,7 @@ pub(crate) async fn tenant_create(c: &Client, p: TenantCreate) -> R<Tenant> {
         id: TenantId(id),
         name: p.name,
         created_at: ts(now)?,
+        class: classes::DEFAULT_CLASS.into(),
     })
 }
 

@@ -15,51 +15,58 @@ fn ts(ms: i64) -> R<Timestamp> {
         .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
 }
 
+fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, i64, String)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+}
+
+fn tenant((id, name, at, class): (i64, String, i64, String)) -> R<Tenant> {
+    Ok(Tenant {
+        id: TenantId(id),
+        name,
+        created_at: ts(at)?,
+        class,
+    })
+}
+
 pub(crate) fn tenant_list(c: &Connection) -> R<Vec<Tenant>> {
-    c.prepare_cached("SELECT id, name, created_at FROM tenants ORDER BY name")
+    c.prepare_cached("SELECT id, name, created_at, class FROM tenants ORDER BY name")
         .and_then(|mut s| {
-            s.query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
+            s.query_map([], tenant_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?
         .into_iter()
-        .map(|(id, name, at)| {
-            Ok(Tenant {
-                id: TenantId(id),
-                name,
-                created_at: ts(at)?,
-            })
-        })
+        .map(tenant)
         .collect()
 }
 
 pub(crate) fn tenant_by_name(c: &Connection, name: &str) -> R<Option<Tenant>> {
-    c.prepare_cached("SELECT id, name, created_at FROM tenants WHERE name = ?1")
-        .and_then(|mut s| {
-            s.query_row(params![name], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })
-            .optional()
-        })
+    c.prepare_cached("SELECT id, name, created_at, class FROM tenants WHERE name = ?1")
+        .and_then(|mut s| s.query_row(params![name], tenant_row).optional())
         .map_err(db_err)?
-        .map(|(id, name, at)| {
-            Ok(Tenant {
-                id: TenantId(id),
-                name,
-                created_at: ts(at)?,
-            })
-        })
+        .map(tenant)
         .transpose()
+}
+
+/// Sets a tenant's class, refusing one that would make more than `classes::MAX_CLASSES`
+/// distinct classes (counted by the single writer, so two admins cannot both pass).
+pub(crate) fn tenant_class_set(c: &Connection, p: &TenantClassSet) -> R<()> {
+    classes::validate(&p.class)?;
+    let (others, taken): (i64, bool) = c
+        .prepare_cached(
+            "SELECT COUNT(DISTINCT class), COALESCE(MAX(class = ?2), 0) FROM tenants WHERE id <> ?1 AND class <> 'default'",
+        )
+        .and_then(|mut s| s.query_row(params![p.tenant.0, p.class], |r| Ok((r.get(0)?, r.get(1)?))))
+        .map_err(db_err)?;
+    classes::check_count(&p.class, others, taken)?;
+    let n = c
+        .prepare_cached("UPDATE tenants SET class = ?2 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![p.tenant.0, p.class]))
+        .map_err(db_err)?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
+    }
+    Ok(())
 }
 
 /// `(id, tenant_id, prefix, is_admin, created_at, revoked_at)`.
@@ -274,9 +281,12 @@ pub(crate) fn check_schedule_quota(
             .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)))
             .map_err(db_err)?;
         if active + adding > limit {
-            return Err(StoreError::QuotaExceeded(format!(
-                "the tenant may have at most {limit} active schedules ({active} now)"
-            )));
+            return Err(StoreError::QuotaExceeded {
+                quota: Quota::ActiveSchedules,
+                message: format!(
+                    "the tenant may have at most {limit} active schedules ({active} now)"
+                ),
+            });
         }
     }
     if let Some(rate) = max_rate {
@@ -288,9 +298,12 @@ pub(crate) fn check_schedule_quota(
             .and_then(|mut s| s.query_row(params![tenant.0, exclude.map(|e| e.0)], |r| r.get(0)))
             .map_err(db_err)?;
         if fires + fires_per_hour > rate * 3600 {
-            return Err(StoreError::QuotaExceeded(format!(
-                "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
-            )));
+            return Err(StoreError::QuotaExceeded {
+                quota: Quota::TriggersPerSec,
+                message: format!(
+                    "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
+                ),
+            });
         }
     }
     Ok(())

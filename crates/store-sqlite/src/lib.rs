@@ -451,6 +451,10 @@ impl Store for SqliteStore {
         self.write(move |c| admin::tenant_quota_set(c, &p)).await
     }
 
+    async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError> {
+        self.write(move |c| admin::tenant_class_set(c, &p)).await
+    }
+
     async fn queue_limit_set(
         &self,
         tenant: TenantId,

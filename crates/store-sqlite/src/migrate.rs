@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "node_marks_by_end",
         include_str!("../migrations/0008_node_marks_by_end.sql"),
     ),
+    (
+        9,
+        "tenant_class",
+        include_str!("../migrations/0009_tenant_class.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

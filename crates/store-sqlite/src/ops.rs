@@ -44,6 +44,7 @@ pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
         id: TenantId(id),
         name: name.to_string(),
         created_at: ts(now)?,
+        class: classes::DEFAULT_CLASS.into(),
     })
 }
 

@@ -101,8 +101,13 @@ pub enum StoreError {
     #[error("{0}")]
     WrongState(String),
     /// A tenant quota would be exceeded.
-    #[error("quota exceeded: {0}")]
-    QuotaExceeded(String),
+    #[error("quota exceeded: {message}")]
+    QuotaExceeded {
+        /// Which quota.
+        quota: Quota,
+        /// What the limit is and where the tenant stands.
+        message: String,
+    },
     /// No planner node's liveness mark is valid: the control plane is down (or was, and no
     /// node has started since), so no work is handed out until a node's start has judged what
     /// came due meanwhile ([`crate::fence::hands_out_work`]). Retryable.
@@ -117,4 +122,27 @@ pub enum StoreError {
     /// Any other database error, with context.
     #[error("database error: {0}")]
     Database(String),
+}
+
+/// A tenant quota that refuses a request (the others pace work instead: running, catch-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Quota {
+    /// Most `ACTIVE` schedules.
+    ActiveSchedules,
+    /// Most fires per second summed over the active schedules.
+    TriggersPerSec,
+}
+
+impl Quota {
+    /// Every quota that refuses requests.
+    pub const ALL: [Quota; 2] = [Quota::ActiveSchedules, Quota::TriggersPerSec];
+
+    /// Its name, as in the metrics' `quota` label and the API's error details.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quota::ActiveSchedules => "max_active_schedules",
+            Quota::TriggersPerSec => "max_triggers_per_sec",
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! Each backend (`campanile-store-sqlite`, `campanile-store-postgres`) owns its SQL and
 //! migrations; the `conformance` feature holds the suite every backend must pass.
 
+pub mod classes;
 mod error;
 pub mod fence;
 mod params;
@@ -18,7 +19,7 @@ pub mod upgrade;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use error::{Conflict, StoreError};
+pub use error::{Conflict, Quota, StoreError};
 pub use params::*;
 pub use records::*;
 
@@ -200,6 +201,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Sets a tenant's quotas.
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
+
+    /// Sets a tenant's class (the label of its lag metrics). `Invalid` for a malformed class
+    /// ([`classes::validate`]) or one that would make more than [`classes::MAX_CLASSES`]
+    /// distinct classes; `NotFound` for an unknown tenant.
+    async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError>;
 
     /// Sets (or with `None` removes) a per-queue concurrency limit.
     async fn queue_limit_set(

@@ -512,6 +512,15 @@ pub struct IdempotencyPut {
     pub now: Option<Timestamp>,
 }
 
+/// Sets a tenant's class: [`crate::Store::tenant_class_set`].
+#[derive(Debug, Clone)]
+pub struct TenantClassSet {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its class ([`crate::classes::validate`]).
+    pub class: String,
+}
+
 /// Params of [`crate::Store::tenant_quota_set`]. `None` removes a limit.
 #[derive(Debug, Clone, Default)]
 pub struct TenantQuota {

@@ -565,7 +565,16 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
             })
             .await
             .unwrap_err();
-        assert!(matches!(err, StoreError::QuotaExceeded(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                StoreError::QuotaExceeded {
+                    quota: Quota::ActiveSchedules,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         // The trigger-rate quota: fires per hour summed over active schedules.
         let r = fixture(s, "rated", "q").await; // its fixture schedule fires 0 times an hour
         s.tenant_quota_set(TenantQuota {
@@ -587,7 +596,10 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         s.schedule_create(create(3000)).await.unwrap();
         assert!(matches!(
             s.schedule_create(create(601)).await,
-            Err(StoreError::QuotaExceeded(_))
+            Err(StoreError::QuotaExceeded {
+                quota: Quota::TriggersPerSec,
+                ..
+            })
         ));
         s.schedule_create(create(600)).await.unwrap();
         assert_eq!(
@@ -908,5 +920,95 @@ pub fn constrained_lease_expiry_is_reclaimed(rt: &Runtime, h: Harness) {
                 (2, AttemptOutcome::Running)
             ]
         );
+    });
+}
+
+/// Tenant classes (the label of the lag metrics): `default` until set, validated, at most
+/// `MAX_CLASSES` besides `default` — also when two admins add the last one at once.
+pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "t0", "q").await;
+        let new_tenant = async |name: &str| {
+            s.tenant_create(TenantCreate {
+                name: name.into(),
+                now: Some(at(0)),
+            })
+            .await
+            .unwrap()
+            .id
+        };
+        let set = |tenant: TenantId, class: &str| {
+            s.tenant_class_set(TenantClassSet {
+                tenant,
+                class: class.into(),
+            })
+        };
+        let listed = s.tenant_list().await.unwrap();
+        assert_eq!(listed[0].class, crate::classes::DEFAULT_CLASS);
+        set(f.tenant, "pro").await.unwrap();
+        let by_name = s.tenant_by_name("t0").await.unwrap().unwrap();
+        assert_eq!(by_name.class, "pro");
+        assert!(matches!(
+            set(f.tenant, "Not Valid").await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            set(TenantId(987_654), "pro").await,
+            Err(StoreError::NotFound(_))
+        ));
+        // "pro" and c1 … c14: 15 classes besides the default.
+        let mut tenants = Vec::new();
+        for i in 1..=14 {
+            let t = new_tenant(&format!("t{i}")).await;
+            set(t, &format!("c{i}")).await.unwrap();
+            tenants.push(t);
+        }
+        // Eight admins (tasks on the runtime's threads) add a 16th class each at once:
+        // exactly one of them gets in.
+        let mut racers = Vec::new();
+        for i in 0..8 {
+            racers.push(new_tenant(&format!("r{i}")).await);
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, tenant) in racers.into_iter().enumerate() {
+            let store = h.store.clone();
+            tasks.spawn(async move {
+                store
+                    .tenant_class_set(TenantClassSet {
+                        tenant,
+                        class: format!("x{i}"),
+                    })
+                    .await
+            });
+        }
+        let results = tasks.join_all().await;
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 1, "{results:?}");
+        for r in results.into_iter().filter_map(Result::err) {
+            assert!(
+                matches!(&r, StoreError::Invalid(m) if m.contains("classes")),
+                "{r}"
+            );
+        }
+        let classes: std::collections::BTreeSet<String> = s
+            .tenant_list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.class)
+            .filter(|c| c != crate::classes::DEFAULT_CLASS)
+            .collect();
+        assert_eq!(classes.len(), crate::classes::MAX_CLASSES, "{classes:?}");
+        // Full: a new class is refused, an existing one (or the default) is not; a tenant
+        // that is the only one of its class may move it to a new one (the count stays).
+        let d = new_tenant("d").await;
+        assert!(matches!(
+            set(d, "brand-new").await,
+            Err(StoreError::Invalid(_))
+        ));
+        set(d, "pro").await.unwrap();
+        set(d, crate::classes::DEFAULT_CLASS).await.unwrap();
+        set(tenants[0], "renamed").await.unwrap();
     });
 }
