@@ -134,6 +134,11 @@ impl Planner {
         // The outage check runs with the pass's `now`, so that what it keeps of the instants
         // planned before an outage and what this pass plans late agree on what is late.
         let mut renewed = std::time::Instant::now();
+        let clock = PassClock {
+            now,
+            started: renewed,
+            live,
+        };
         let (leases, resumed) = self.acquire(Some(now)).await?;
         self.classes.refresh().await;
         let mut report = TickReport {
@@ -178,7 +183,7 @@ impl Planner {
                 if inflight.is_none() {
                     break;
                 }
-                self.settle(inflight.take(), &mut rotation, &mut report)
+                self.settle(inflight.take(), &mut rotation, &mut report, &clock)
                     .await?;
                 continue;
             };
@@ -189,7 +194,7 @@ impl Planner {
                     before,
                     limit: self.cfg.batch,
                 }),
-                self.settle(inflight.take(), &mut rotation, &mut report),
+                self.settle(inflight.take(), &mut rotation, &mut report, &clock),
             );
             settled?;
             let due = due?;
@@ -263,15 +268,18 @@ impl Planner {
         inflight: Option<(ShardLease, bool, PlanCommit)>,
         rotation: &mut std::collections::VecDeque<ShardLease>,
         report: &mut TickReport,
+        clock: &PassClock,
     ) -> Result<(), PlannerError> {
         let Some((lease, full, commit)) = inflight else {
             return Ok(());
         };
+        let observed = Observed::of(&commit.items, &self.classes);
         let t_commit = std::time::Instant::now();
         let committed = self.store.plan_commit(commit).await;
         report.commit += t_commit.elapsed();
         match committed {
             Ok(r) => {
+                observed.record(clock.visible_now());
                 metrics::counter!("campanile_occurrences_planned_total").increment(r.inserted);
                 report.planned += r.applied;
                 report.inserted += r.inserted;
@@ -354,7 +362,6 @@ impl Planner {
                     now,
                     horizon: self.cfg.horizon,
                 });
-                record_plan(&p, now, &self.classes.cached(d.tenant));
                 (p.occurrences, p.missed, p.next_run_at)
             }
             Err(e) => {
@@ -446,28 +453,76 @@ impl Planner {
     }
 }
 
-/// Schedule lag (`visible_at - scheduled_for`, where an occurrence becomes visible when it is
-/// planned or when it becomes available, whichever is later) and misses, per planned item.
-fn record_plan(p: &crate::materialize::Planned, now: Timestamp, class: &Arc<str>) {
-    let mut missed = p.missed.as_ref().map_or(0, |m| m.count);
-    let histogram = (!p.occurrences.is_empty()).then(|| {
-        metrics::histogram!("campanile_schedule_lag_seconds", "tenant_class" => class.to_string())
-    });
-    for o in &p.occurrences {
-        match o.state {
-            campanile_core::OccurrenceState::Missed => missed += 1,
-            _ => {
-                let visible = now.max(o.available_at);
-                let lag = (visible.as_millisecond() - o.scheduled_for.as_millisecond()).max(0)
-                    as f64
-                    / 1000.0;
-                if let Some(h) = &histogram {
-                    h.record(lag);
+/// When a planning pass runs, to tell when what it commits becomes visible.
+struct PassClock {
+    /// The pass's `now`: the instant its decisions are made for.
+    now: Timestamp,
+    /// When the pass started, by this process's monotonic clock.
+    started: std::time::Instant,
+    /// On the store's clock (`tick(None)`): time passes during the pass. With a given `now`
+    /// (tests stepping time) it does not.
+    live: bool,
+}
+
+impl PassClock {
+    /// Now, as the pass sees it: its `now` plus, when live, the time it has run. A batch
+    /// committed 8 s into a long top-of-the-hour pass became visible 8 s after the pass's
+    /// `now`, and its schedule lag says so.
+    fn visible_now(&self) -> Timestamp {
+        if !self.live {
+            return self.now;
+        }
+        let ran = SignedDuration::try_from(self.started.elapsed()).unwrap_or(SignedDuration::ZERO);
+        self.now.checked_add(ran).unwrap_or(self.now)
+    }
+}
+
+/// What a batch planned, kept until its commit says whether it counts: per run its tenant's
+/// class, instant and availability (after catch-up pacing), and how many instants it records
+/// as missed.
+struct Observed {
+    runs: Vec<(Arc<str>, Timestamp, Timestamp)>,
+    missed: u64,
+}
+
+impl Observed {
+    fn of(items: &[PlanItem], classes: &campanile_store::classes::TenantClasses) -> Observed {
+        let mut runs = Vec::new();
+        let mut missed = 0;
+        for item in items {
+            missed += item.missed.as_ref().map_or(0, |m| m.count);
+            let mut class = None;
+            for o in &item.occurrences {
+                if o.state == campanile_core::OccurrenceState::Missed {
+                    missed += 1;
+                } else {
+                    let class = class.get_or_insert_with(|| classes.cached(item.tenant));
+                    runs.push((class.clone(), o.scheduled_for, o.available_at));
                 }
             }
         }
+        Observed { runs, missed }
     }
-    if missed > 0 {
-        metrics::counter!("campanile_occurrences_missed_total").increment(missed);
+
+    /// Schedule lag (`visible_at - scheduled_for`, where an occurrence becomes visible when
+    /// its batch commits or when it becomes available, whichever is later) by tenant class,
+    /// and misses: recorded once the batch committed, so a fenced batch counts nothing.
+    fn record(&self, committed_at: Timestamp) {
+        let mut current: Option<(&Arc<str>, metrics::Histogram)> = None;
+        for (class, scheduled_for, available_at) in &self.runs {
+            let h = match &current {
+                Some((c, h)) if Arc::ptr_eq(c, class) || c == &class => h,
+                _ => {
+                    let h = metrics::histogram!("campanile_schedule_lag_seconds", "tenant_class" => class.to_string());
+                    &current.insert((class, h)).1
+                }
+            };
+            let visible = committed_at.max(*available_at);
+            let lag = (visible.as_millisecond() - scheduled_for.as_millisecond()).max(0);
+            h.record(lag as f64 / 1000.0);
+        }
+        if self.missed > 0 {
+            metrics::counter!("campanile_occurrences_missed_total").increment(self.missed);
+        }
     }
 }

@@ -65,6 +65,13 @@ pub struct Claimed {
     pub version: u32,
     /// Planned instant.
     pub scheduled_for: Timestamp,
+    /// When it became claimable (the planned instant, moved by a flexible window, a retry's
+    /// backoff or catch-up pacing); `None` from a server older than this SDK.
+    #[serde(default)]
+    pub available_at: Option<Timestamp>,
+    /// When the claim was made (server clock); `None` from a server older than this SDK.
+    #[serde(default)]
+    pub claimed_at: Option<Timestamp>,
     /// Fencing token.
     pub epoch: i64,
     /// Lease end (server clock).

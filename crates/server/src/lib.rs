@@ -105,6 +105,12 @@ pub fn install_metrics() {
 }
 
 /// The process-wide Prometheus recorder (installed once).
+/// This process's metrics in the Prometheus text format, as `/metrics` serves them (for an
+/// embedding program such as `campanile bench`).
+pub fn metrics_text() -> String {
+    metrics_handle().render()
+}
+
 fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE

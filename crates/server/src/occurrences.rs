@@ -194,6 +194,13 @@ pub(crate) struct ClaimedOut {
     /// Planned instant.
     #[schema(value_type = String, format = DateTime)]
     scheduled_for: Timestamp,
+    /// When it became claimable: the planned instant, moved by a flexible window, a retry's
+    /// backoff or catch-up pacing.
+    #[schema(value_type = String, format = DateTime)]
+    available_at: Timestamp,
+    /// When this claim was made (server clock); minus `available_at`, the claim lag.
+    #[schema(value_type = String, format = DateTime)]
+    claimed_at: Timestamp,
     /// The fencing token: send it back with renew, complete and fail.
     epoch: i64,
     /// The lease ends here (server clock).
@@ -261,6 +268,8 @@ pub(crate) async fn claim(
                 schedule_id: c.schedule_id,
                 version: c.version,
                 scheduled_for: c.scheduled_for,
+                available_at: c.available_at,
+                claimed_at: c.claimed_at,
                 epoch: c.epoch,
                 lease_until: c.lease_until,
                 attempt: c.attempt,
