@@ -1012,3 +1012,117 @@ pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {
         set(tenants[0], "renamed").await.unwrap();
     });
 }
+
+/// Eight claimers racing on one queue, round after round, never run two occurrences of a
+/// `SKIP_IF_RUNNING` or a `QUEUE_ONE` schedule at once (twenty of each are due): the first
+/// claim runs one and records the others that came due meanwhile as skipped — `QUEUE_ONE`
+/// keeps one of them waiting, run once the first is finished — while the queue's
+/// unconstrained work runs side by side. Nothing is dropped: every row stays, on record.
+pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let skip = ScheduleId(Uuid::now_v7());
+        let one = ScheduleId(Uuid::now_v7());
+        let mut items = Vec::new();
+        for (schedule_id, overlap) in [
+            (skip, campanile_core::Overlap::SkipIfRunning),
+            (one, campanile_core::Overlap::QueueOne),
+        ] {
+            items.extend((1..=20).map(|i| NewOccurrence {
+                schedule_id,
+                overlap,
+                ..new_occ(&f, "ovl", at(i), 3)
+            }));
+        }
+        items.extend((1..=20).map(|i| new_occ(&f, "ovl", at(i), 3)));
+        insert(s, &f, items).await;
+        let states = async |schedule: ScheduleId| {
+            let all = s
+                .occurrence_list(OccurrenceList {
+                    tenant: f.tenant,
+                    schedule_id: Some(schedule),
+                    limit: 100,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut n: std::collections::HashMap<OccurrenceState, usize> = Default::default();
+            for o in all {
+                *n.entry(o.state).or_default() += 1;
+            }
+            n
+        };
+        let count = |n: &std::collections::HashMap<OccurrenceState, usize>, st| {
+            n.get(&st).copied().unwrap_or(0)
+        };
+        let mut allowed = 0;
+        // Running after each round: SKIP_IF_RUNNING one, then none; QUEUE_ONE one, then the
+        // one it kept waiting, then none.
+        for (round, expect) in [(0, [1, 1]), (1, [0, 1]), (2, [0, 0])] {
+            let now = secs(100 + round);
+            let mut tasks = tokio::task::JoinSet::new();
+            for w in 0..8 {
+                let store = h.store.clone();
+                let tenant = f.tenant;
+                tasks.spawn(async move {
+                    let worker = format!("w{w}");
+                    let got = store
+                        .occurrence_claim(OccurrenceClaim {
+                            tenant,
+                            queue: "ovl".into(),
+                            worker_id: worker.clone(),
+                            max: 5,
+                            lease: Some(SignedDuration::from_secs(600)),
+                            now: Some(now),
+                        })
+                        .await
+                        .unwrap();
+                    got.into_iter()
+                        .map(move |c| (worker.clone(), c))
+                        .collect::<Vec<_>>()
+                });
+            }
+            let got: Vec<(String, Claimed)> =
+                tasks.join_all().await.into_iter().flatten().collect();
+            for ((name, schedule), running) in [("skip_if_running", skip), ("queue_one", one)]
+                .into_iter()
+                .zip(expect)
+            {
+                let claimed = got
+                    .iter()
+                    .filter(|(_, c)| c.schedule_id == schedule)
+                    .count();
+                let n = states(schedule).await;
+                assert_eq!(claimed, running, "round {round}: {name} claimed, {n:?}");
+                assert_eq!(
+                    count(&n, OccurrenceState::Running),
+                    running,
+                    "round {round}: {name} running, {n:?}"
+                );
+                assert_eq!(n.values().sum::<usize>(), 20, "{name}: every row stays");
+            }
+            allowed += got
+                .iter()
+                .filter(|(_, c)| c.schedule_id == f.schedule)
+                .count();
+            // Everything claimed in this round finishes before the next.
+            for (worker, c) in &got {
+                let ack = finish(s, &f, worker, c.id, c.epoch, ok("done"), now).await;
+                assert!(ack.accepted(), "{ack:?}");
+            }
+        }
+        // The unconstrained twenty ran, none twice; of the constrained, one and two ran and
+        // the rest are on record as skipped.
+        assert_eq!(allowed, 20);
+        for (schedule, ran) in [(skip, 1), (one, 2)] {
+            let n = states(schedule).await;
+            assert_eq!(count(&n, OccurrenceState::Succeeded), ran, "{n:?}");
+            assert_eq!(
+                count(&n, OccurrenceState::SkippedOverlap),
+                20 - ran,
+                "{n:?}"
+            );
+        }
+    });
+}

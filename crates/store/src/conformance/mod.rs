@@ -55,7 +55,8 @@ macro_rules! conformance_tests {
             renewals_and_reports_of_the_same_leases_never_deadlock,
             claims_and_renewals_without_a_lease_grant_each_occurrences_own,
             resume_judges_what_came_due_while_no_node_was_alive,
-            claims_wait_for_the_first_node_back_after_an_outage, tenant_classes_are_bounded);
+            claims_wait_for_the_first_node_back_after_an_outage, tenant_classes_are_bounded,
+            racing_claimers_keep_overlap_policies);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
