@@ -61,7 +61,13 @@ fn planner_child() {
         let store = open_from_env().await.unwrap();
         let p = Planner::new(store, config(&node));
         println!("planning");
-        let t0 = ts(T0);
+        // A crash victim plans at T0 plus CAMPANILE_PLANNER_AT seconds (after the previous
+        // victim's shard leases ran out).
+        let at: i64 = std::env::var("CAMPANILE_PLANNER_AT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let t0 = plus(ts(T0), at);
         let steps: i64 = if mode == "race" { 30 } else { 1 };
         for step in 0..steps {
             p.tick(Some(plus(t0, step * 20))).await.unwrap();
@@ -129,11 +135,68 @@ async fn check_exact(env: &Env, ids: &[campanile_core::ScheduleId], until: Times
     }
 }
 
+/// How many occurrences the store holds for the tenant (all schedules, all states).
+async fn stored(env: &Env) -> usize {
+    let mut n = 0;
+    let mut after = None;
+    loop {
+        let page = env
+            .store
+            .occurrence_list(OccurrenceList {
+                tenant: env.tenant,
+                after,
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else {
+            return n;
+        };
+        after = Some((last.scheduled_for, last.id));
+        n += page.len();
+    }
+}
+
+/// How many instants of `ids` a complete pass at `now` plans (through its horizon).
+async fn planned_by(env: &Env, ids: &[campanile_core::ScheduleId], now: Timestamp) -> usize {
+    let until = now.checked_add(config("x").horizon).unwrap();
+    let mut n = 0;
+    for id in ids {
+        let rec = env
+            .store
+            .schedule_get(ScheduleGet {
+                tenant: env.tenant,
+                id: *id,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let cal = calendar_of(&rec.spec).unwrap();
+        n += cal
+            .iter_after(plus(ts(T0), -1))
+            .take_while(|t| *t < until)
+            .count();
+    }
+    n
+}
+
+/// Victims planning the same schedules one after another (each once the previous one's shard
+/// leases ran out), each killed with SIGKILL a few milliseconds into its pass; at least one is
+/// killed mid-pass with some batches committed and others not. A survivor then plans:
+/// exactly the calendar's instants, nothing missing, nothing twice.
 async fn sigkill_mid_batch(env: Env, child_env: Vec<(&'static str, String)>) {
     let ids = seed(&env, 300).await;
     let mut kills = 0;
-    for (i, delay) in [3u64, 9, 20].into_iter().enumerate() {
-        let mut child = spawn("crash", &format!("victim-{i}"), &child_env);
+    let mut partial = Vec::new();
+    let mut seen = Vec::new();
+    let delays = [3u64, 9, 20, 40, 80, 160];
+    for (i, delay) in delays.into_iter().enumerate() {
+        let at = 11 * i as i64;
+        let mut vars = child_env.clone();
+        vars.push(("CAMPANILE_PLANNER_AT", at.to_string()));
+        let before = stored(&env).await;
+        let mut child = spawn("crash", &format!("victim-{i}"), &vars);
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let _ = lines
             .by_ref()
@@ -143,12 +206,24 @@ async fn sigkill_mid_batch(env: Env, child_env: Vec<(&'static str, String)>) {
         child.kill().unwrap();
         if child.wait().unwrap().code().is_none() {
             kills += 1;
+            let after = stored(&env).await;
+            let full = planned_by(&env, &ids, plus(ts(T0), at)).await;
+            seen.push((delay, before, after, full));
+            if before < after && after < full {
+                partial.push((i, before, after, full));
+            }
         }
     }
+    eprintln!("victims (delay ms, stored before, after, a whole pass): {seen:?}");
     assert!(kills >= 1);
+    assert!(
+        !partial.is_empty(),
+        "no victim was killed between two of its batches: (delay ms, stored before, after, a \
+         whole pass) {seen:?}"
+    );
     // A survivor takes over once the victims' shard leases have passed, and finishes the job.
     let survivor = Planner::new(env.store.clone(), config("survivor"));
-    let later = plus(ts(T0), 11);
+    let later = plus(ts(T0), 11 * delays.len() as i64);
     survivor.tick(Some(later)).await.unwrap();
     check_exact(&env, &ids, plus(later, 15 * 60)).await;
 }
