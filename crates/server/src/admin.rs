@@ -154,7 +154,7 @@ pub(crate) async fn create_key(
 /// bounded: at most 16 distinct classes across all tenants.
 #[utoipa::path(put, path = "/v1/admin/tenants/{name}/class", tag = "admin", params(("name" = String, Path)),
     request_body = ClassInput,
-    responses((status = 200, body = TenantOut), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = TenantOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn set_class(
     State(state): State<AppState>,
     _admin: Admin,

@@ -104,13 +104,13 @@ pub fn install_metrics() {
     let _ = metrics_handle();
 }
 
-/// The process-wide Prometheus recorder (installed once).
 /// This process's metrics in the Prometheus text format, as `/metrics` serves them (for an
 /// embedding program such as `campanile bench`).
 pub fn metrics_text() -> String {
     metrics_handle().render()
 }
 
+/// The process-wide Prometheus recorder (installed once).
 fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE

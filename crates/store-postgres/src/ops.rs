@@ -660,24 +660,57 @@ fn claimed_row(r: &Row, now: i64, lease_col: usize) -> R<Claimed> {
     })
 }
 
-/// The overlap-constrained candidates of a claim, locked: `$1` tenant, `$2` queue, `$3` now,
-/// `$4` how many, `$5` the caller's instant or NULL (for the liveness gate, [`statement_now`]).
-static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// Which rows of a claim's queue are overlap-constrained candidates: `$1` tenant, `$2` queue,
+/// `$3` now, `$5` the caller's instant or NULL (for the liveness gate, [`statement_now`]).
+fn constrained_where() -> String {
     format!(
-        "SELECT seq, schedule_id, overlap, state FROM occurrences
-          WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
+        "tenant_id = $1 AND queue = $2 AND overlap <> 0
             AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
                  OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
-            AND {}
-          ORDER BY priority DESC, available_at, seq LIMIT $4
-          FOR UPDATE SKIP LOCKED",
+            AND {}",
         fence::hands_out_work_sql(&statement_now("$5"))
+    )
+}
+
+/// The schedules of a claim's overlap-constrained candidates, read without locking (`$4` how
+/// many candidates), so that their rows can be locked first, in id order.
+static CONSTRAINED_SCHEDULES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT schedule_id FROM occurrences WHERE {}
+          ORDER BY priority DESC, available_at, seq LIMIT $4",
+        constrained_where()
     )
 });
 
-/// Claims of overlap-constrained occurrences: each candidate's schedule row is locked, so
-/// the decision is atomic with the state of the schedule's other occurrences across nodes.
-/// Runs in the caller's transaction; returns the claims and how many were skipped.
+/// The candidates themselves, locked, of the schedules locked (`$6`).
+static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT seq, schedule_id, overlap, state, available_at FROM occurrences
+          WHERE {} AND schedule_id = ANY($6::uuid[])
+          ORDER BY priority DESC, available_at, seq LIMIT $4
+          FOR UPDATE SKIP LOCKED",
+        constrained_where()
+    )
+});
+
+/// For one candidate (`$1` its schedule, `$2` its seq, `$5` its availability), with its
+/// schedule's row locked: does another occurrence of the schedule run, and is one due before
+/// it already waiting (`$3` tenant, `$4` queue, `$6` now)? Read from the database, so that a
+/// decision sees what earlier claims (and this one) decided, not only this claim's own list.
+const OVERLAP_STATE: &str = "SELECT
+    EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2),
+    EXISTS (SELECT 1 FROM occurrences
+             WHERE tenant_id = $3 AND queue = $4 AND overlap <> 0
+               AND state IN ('READY', 'RETRY_WAIT') AND available_at <= $6
+               AND schedule_id = $1 AND seq <> $2 AND (available_at, seq) < ($5, $2))";
+
+/// Claims of overlap-constrained occurrences, atomic with the state of each schedule's other
+/// occurrences across nodes: the candidates' schedule rows are locked first, in id order, and
+/// only then their occurrence rows (skipping those another claim holds) — the order a schedule
+/// change takes its locks in (schedule, then occurrences), and one order among claimers, so
+/// neither a change nor another claim can deadlock with it. Candidates of a schedule that
+/// appeared between the two reads wait for the next claim. Runs in the caller's transaction;
+/// returns the claims and how many were skipped.
 async fn claim_constrained<C: GenericClient>(
     tx: &C,
     p: &OccurrenceClaim,
@@ -687,53 +720,69 @@ async fn claim_constrained<C: GenericClient>(
 ) -> R<(Vec<Claimed>, u64)> {
     let limit = (room + 64) as i64;
     let fixed = p.now.map(|t| t.as_millisecond());
+    let mut schedules: Vec<Uuid> = query(
+        tx,
+        &CONSTRAINED_SCHEDULES,
+        &[&p.tenant.0, &p.queue, &now, &limit, &fixed],
+    )
+    .await?
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    schedules.sort_unstable();
+    schedules.dedup();
+    if schedules.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    execute(
+        tx,
+        "SELECT 1 FROM schedules WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
+        &[&schedules],
+    )
+    .await?;
+    // The locks may have been waited for: the rest is dated from now (as the claims are).
+    let now = resolve_now(tx, p.now).await?;
     let candidates = query(
         tx,
         &CONSTRAINED_CANDIDATES,
-        &[&p.tenant.0, &p.queue, &now, &limit, &fixed],
+        &[&p.tenant.0, &p.queue, &now, &limit, &fixed, &schedules],
     )
     .await?;
     let mut out = Vec::new();
     let mut skipped = 0u64;
-    let mut waiting = std::collections::HashSet::new();
     for cand in &candidates {
         if out.len() >= room {
             break;
         }
-        let (seq, schedule, overlap, state): (i64, Uuid, i32, String) =
-            (cand.get(0), cand.get(1), cand.get(2), cand.get(3));
+        let (seq, schedule, overlap, state, available_at): (i64, Uuid, i32, String, i64) = (
+            cand.get(0),
+            cand.get(1),
+            cand.get(2),
+            cand.get(3),
+            cand.get(4),
+        );
         let decision = if state == "RUNNING" {
             fence::OverlapDecision::Claim
         } else {
-            execute(
+            let row = query(
                 tx,
-                "SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE",
-                &[&schedule],
+                OVERLAP_STATE,
+                &[&schedule, &seq, &p.tenant.0, &p.queue, &available_at, &now],
             )
             .await?;
-            let running: bool = query(
-                tx,
-                "SELECT EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2)",
-                &[&schedule, &seq],
-            )
-            .await?
-            .first()
-            .is_some_and(|r| r.get(0));
+            let (running, earlier_waiting) =
+                row.first().map_or((false, false), |r| (r.get(0), r.get(1)));
             fence::overlap_decision(
                 campanile_core::Overlap::from_code(overlap),
                 running,
-                waiting.contains(&schedule),
+                earlier_waiting,
             )
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                // The schedule's lock may have been waited for: dated from now (as above).
-                let now = resolve_now(tx, p.now).await?;
                 out.extend(claim_seqs(tx, &[seq], &p.worker_id, now, lease).await?);
             }
-            fence::OverlapDecision::Wait => {
-                waiting.insert(schedule);
-            }
+            fence::OverlapDecision::Wait => {}
             fence::OverlapDecision::Skip => {
                 execute(tx, "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = $2 WHERE seq = $1", &[&seq, &now]).await?;
                 skipped += 1;
@@ -1645,9 +1694,14 @@ mod plan_tests {
                 "(1, 'q', 0, 10, 'w', NULL, NULL)",
             ),
             (
+                "constrained_schedules",
+                &*CONSTRAINED_SCHEDULES,
+                "(1, 'q', 0, 10, NULL)",
+            ),
+            (
                 "constrained",
                 &*CONSTRAINED_CANDIDATES,
-                "(1, 'q', 0, 10, NULL)",
+                "(1, 'q', 0, 10, NULL, ARRAY[]::uuid[])",
             ),
         ] {
             c.batch_execute(&format!("PREPARE {name} AS {sql}"))

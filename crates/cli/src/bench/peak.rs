@@ -187,9 +187,8 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     let mut pcfg = PlannerConfig::new("peak-node");
     pcfg.shards = shards;
     // As `serve` does: the first pass before the API answers (claims wait for it).
-    // The metrics recorder first (rendering installs it), so that the first pass's schedule
-    // lags are recorded too.
-    let _ = campanile_server::metrics_text();
+    // The metrics recorder first, so that the first pass's schedule lags are recorded too.
+    campanile_server::install_metrics();
     let engine = Engine::start_after_first_pass(Arc::clone(&store), pcfg, SweepConfig::default())
         .await
         .map_err(|e| CliError::runtime(format!("first planning pass: {e}")))?;

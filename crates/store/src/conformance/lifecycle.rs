@@ -1014,7 +1014,7 @@ pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {
 }
 
 /// Eight claimers racing on one queue, round after round, never run two occurrences of a
-/// `SKIP_IF_RUNNING` or a `QUEUE_ONE` schedule at once (twenty of each are due): the first
+/// `SKIP_IF_RUNNING` or a `QUEUE_ONE` schedule at once (a hundred of each are due): the first
 /// claim runs one and records the others that came due meanwhile as skipped — `QUEUE_ONE`
 /// keeps one of them waiting, run once the first is finished — while the queue's
 /// unconstrained work runs side by side. Nothing is dropped: every row stays, on record.
@@ -1022,14 +1022,30 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         let s = h.store.as_ref();
         let f = fixture(s, "acme", "q").await;
+        // More due rows of the two schedules than one claim locks as candidates (its room plus
+        // 64), so that racing claimers split them.
+        const DUE: usize = 100;
         let skip = ScheduleId(Uuid::now_v7());
         let one = ScheduleId(Uuid::now_v7());
+        for id in [skip, one] {
+            s.schedule_create(ScheduleCreate {
+                tenant: f.tenant,
+                id,
+                spec: spec("ovl"),
+                shard: 0,
+                next_run_at: None,
+                fires_per_hour: 0,
+                now: Some(at(0)),
+            })
+            .await
+            .unwrap();
+        }
         let mut items = Vec::new();
         for (schedule_id, overlap) in [
             (skip, campanile_core::Overlap::SkipIfRunning),
             (one, campanile_core::Overlap::QueueOne),
         ] {
-            items.extend((1..=20).map(|i| NewOccurrence {
+            items.extend((1..=DUE as i64).map(|i| NewOccurrence {
                 schedule_id,
                 overlap,
                 ..new_occ(&f, "ovl", at(i), 3)
@@ -1042,7 +1058,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                 .occurrence_list(OccurrenceList {
                     tenant: f.tenant,
                     schedule_id: Some(schedule),
-                    limit: 100,
+                    limit: 1000,
                     ..Default::default()
                 })
                 .await
@@ -1100,7 +1116,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                     running,
                     "round {round}: {name} running, {n:?}"
                 );
-                assert_eq!(n.values().sum::<usize>(), 20, "{name}: every row stays");
+                assert_eq!(n.values().sum::<usize>(), DUE, "{name}: every row stays");
             }
             allowed += got
                 .iter()
@@ -1120,7 +1136,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
             assert_eq!(count(&n, OccurrenceState::Succeeded), ran, "{n:?}");
             assert_eq!(
                 count(&n, OccurrenceState::SkippedOverlap),
-                20 - ran,
+                DUE - ran,
                 "{n:?}"
             );
         }
