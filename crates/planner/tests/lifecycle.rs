@@ -147,15 +147,21 @@ both!(update_makes_a_new_version_and_retires_the_old);
 /// Four workers claim and complete while the schedule is updated, paused, resumed and
 /// finally canceled, and the planner keeps planning. Afterwards: no canceled occurrence was
 /// ever claimed, every claimed one finished or is still held, nothing was planned after the
-/// cancel, and each instant has at most one occurrence per version.
-async fn lifecycle_races_with_claims(env: Env) {
+/// cancel, and each instant has at most one occurrence per version. Under `SKIP_IF_RUNNING`
+/// the claims take the constrained path (schedule row locked) while the changes lock the same
+/// schedule and cancel its occurrences: neither deadlocks the other.
+async fn races_with_claims(env: Env, overlap: campanile_core::Overlap) {
+    let with = |mut spec: ScheduleSpec| {
+        spec.overlap = overlap;
+        spec
+    };
     let s = schedules(&env);
     let p = Arc::new(planner(&env, "n"));
     let t0 = ts("2026-06-01T00:00:00Z");
     let id = s
         .create(
             env.tenant,
-            cron("* * * * * *", "UTC", DstPolicy::default()),
+            with(cron("* * * * * *", "UTC", DstPolicy::default())),
             Some(t0),
         )
         .await
@@ -221,7 +227,7 @@ async fn lifecycle_races_with_claims(env: Env) {
                         env.tenant,
                         id,
                         version,
-                        cron(
+                        with(cron(
                             if step % 16 == 2 {
                                 "*/2 * * * * *"
                             } else {
@@ -229,7 +235,7 @@ async fn lifecycle_races_with_claims(env: Env) {
                             },
                             "UTC",
                             DstPolicy::default(),
-                        ),
+                        )),
                         Some(t),
                     )
                     .await
@@ -284,6 +290,7 @@ async fn lifecycle_races_with_claims(env: Env) {
             ),
             OccurrenceState::Succeeded => assert!(o.attempts >= 1 && o.epoch >= 1),
             OccurrenceState::Missed | OccurrenceState::Running => {}
+            OccurrenceState::SkippedOverlap if overlap != campanile_core::Overlap::Allow => {}
             other => panic!("unexpected {other} for {o:?}"),
         }
     }
@@ -300,7 +307,15 @@ async fn lifecycle_races_with_claims(env: Env) {
             > 10
     );
 }
+async fn lifecycle_races_with_claims(env: Env) {
+    races_with_claims(env, campanile_core::Overlap::Allow).await;
+}
 both!(lifecycle_races_with_claims);
+
+async fn lifecycle_races_with_constrained_claims(env: Env) {
+    races_with_claims(env, campanile_core::Overlap::SkipIfRunning).await;
+}
+both!(lifecycle_races_with_constrained_claims);
 
 async fn resuming_is_held_to_the_quotas_of_creating(env: Env) {
     let s = schedules(&env);
