@@ -219,6 +219,7 @@ pub fn plan(input: &Input<'_>) -> Planned {
                     last_at: last_not_run,
                     count: not_run,
                     count_exact: exact,
+                    superseded: false,
                 });
             }
         }

@@ -234,10 +234,11 @@ pub async fn reconcile(
             schedule_id: id,
         })
         .await?;
-    let in_gap = |t: Timestamp| {
+    let gap_of = |t: Timestamp| {
         gaps.iter()
-            .any(|g: &MissedRange| g.first_at <= t && t <= g.last_at)
+            .find(|g: &&MissedRange| g.first_at <= t && t <= g.last_at)
     };
+    let in_gap = |t: Timestamp| gap_of(t).is_some();
 
     // Where planning stands (later instants are not planned yet), read only when an instant
     // due by now has no record at all: an active schedule's position is a scan of its shard's
@@ -273,7 +274,11 @@ pub async fn reconcile(
                 .filter(|(_, s)| *s != OccurrenceState::Canceled)
                 .max_by_key(|(v, _)| *v)
                 .map_or(Class::Canceled, |(_, s)| Class::of(*s)),
-            None if in_gap(at) => Class::Missed,
+            // A summarized gap: judged late by the misfire policy, or superseded by a change.
+            None if in_gap(at) => match gap_of(at) {
+                Some(g) if g.superseded => Class::Canceled,
+                _ => Class::Missed,
+            },
             None if at > range.now => Class::NotPlannedYet,
             None if position.is_some_and(|p| at >= p) => {
                 let stuck = record.state == ScheduleState::Active

@@ -389,6 +389,7 @@ impl Schedules {
                 last_at: last,
                 count,
                 count_exact: exact,
+                superseded: true,
             }
         });
         Ok(Superseded {

@@ -84,6 +84,10 @@ async fn misfire_policies_after_outages(env: Env) {
                 .await
                 .unwrap();
             let summarized: u64 = summary.iter().map(|m| m.count).sum();
+            assert!(
+                summary.iter().all(|m| !m.superseded),
+                "{label}: judged late, not superseded"
+            );
             assert_eq!(
                 missed_rows + summarized,
                 late as u64 - runs,

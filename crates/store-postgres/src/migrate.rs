@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "tenant_class",
         include_str!("../migrations/0010_tenant_class.sql"),
     ),
+    (
+        11,
+        "missed_range_superseded",
+        include_str!("../migrations/0011_missed_range_superseded.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -170,8 +170,8 @@ async fn missed_range_insert<C: GenericClient>(
 ) -> R<()> {
     execute(
         c,
-        "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+        "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at, superseded)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
         &[
             &tenant.0,
             &m.schedule_id.0,
@@ -181,6 +181,7 @@ async fn missed_range_insert<C: GenericClient>(
             &(m.count as i64),
             &m.count_exact,
             &now,
+            &m.superseded,
         ],
     )
     .await?;
@@ -710,7 +711,7 @@ pub(crate) async fn shard_release(c: &Client, p: ShardRelease) -> R<u64> {
 pub(crate) async fn missed_range_list(c: &Client, p: MissedRangeList) -> R<Vec<MissedRange>> {
     query(
         c,
-        "SELECT schedule_id, version, first_at, last_at, count, count_exact FROM missed_ranges
+        "SELECT schedule_id, version, first_at, last_at, count, count_exact, superseded FROM missed_ranges
           WHERE tenant_id = $1 AND schedule_id = $2 ORDER BY first_at",
         &[&p.tenant.0, &p.schedule_id.0],
     )
@@ -724,6 +725,7 @@ pub(crate) async fn missed_range_list(c: &Client, p: MissedRangeList) -> R<Vec<M
             last_at: ts(r.get(3))?,
             count: r.get::<_, i64>(4) as u64,
             count_exact: r.get(5),
+            superseded: r.get(6),
         })
     })
     .collect()

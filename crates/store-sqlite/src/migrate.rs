@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "tenant_class",
         include_str!("../migrations/0009_tenant_class.sql"),
     ),
+    (
+        10,
+        "missed_range_superseded",
+        include_str!("../migrations/0010_missed_range_superseded.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

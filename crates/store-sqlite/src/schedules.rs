@@ -124,8 +124,8 @@ fn record_superseded(
 /// A summary of instants that did not run, in one row.
 fn missed_range_insert(c: &Connection, tenant: TenantId, m: &MissedRange, now: i64) -> R<()> {
     c.prepare_cached(
-        "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+        "INSERT INTO missed_ranges (tenant_id, schedule_id, version, first_at, last_at, count, count_exact, recorded_at, superseded)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -136,7 +136,8 @@ fn missed_range_insert(c: &Connection, tenant: TenantId, m: &MissedRange, now: i
             m.last_at.as_millisecond(),
             m.count as i64,
             m.count_exact,
-            now
+            now,
+            m.superseded
         ])
     })
     .map_err(db_err)?;
@@ -634,7 +635,7 @@ pub(crate) fn shard_release(c: &Connection, p: &ShardRelease, now: i64) -> R<u64
 
 pub(crate) fn missed_range_list(c: &Connection, p: &MissedRangeList) -> R<Vec<MissedRange>> {
     c.prepare_cached(
-        "SELECT schedule_id, version, first_at, last_at, count, count_exact FROM missed_ranges
+        "SELECT schedule_id, version, first_at, last_at, count, count_exact, superseded FROM missed_ranges
           WHERE tenant_id = ?1 AND schedule_id = ?2 ORDER BY first_at",
     )
     .and_then(|mut s| {
@@ -646,13 +647,14 @@ pub(crate) fn missed_range_list(c: &Connection, p: &MissedRangeList) -> R<Vec<Mi
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
                 r.get::<_, bool>(5)?,
+                r.get::<_, bool>(6)?,
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()
     })
     .map_err(db_err)?
     .into_iter()
-    .map(|(sid, version, first, last, count, exact)| {
+    .map(|(sid, version, first, last, count, exact, superseded)| {
         Ok(MissedRange {
             schedule_id: ScheduleId(sid),
             version,
@@ -660,6 +662,7 @@ pub(crate) fn missed_range_list(c: &Connection, p: &MissedRangeList) -> R<Vec<Mi
             last_at: ts(last)?,
             count: count as u64,
             count_exact: exact,
+            superseded,
         })
     })
     .collect()

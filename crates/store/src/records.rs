@@ -559,6 +559,9 @@ pub struct MissedRange {
     pub count: u64,
     /// Whether `count` is exact.
     pub count_exact: bool,
+    /// Instants a schedule change (an update or a cancel) superseded before they were planned,
+    /// recorded as canceled — not instants the misfire policy judged late.
+    pub superseded: bool,
 }
 
 /// A planner shard lease held by a node.
