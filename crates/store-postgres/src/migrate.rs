@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "missed_range_superseded",
         include_str!("../migrations/0011_missed_range_superseded.sql"),
     ),
+    (
+        12,
+        "pending_constrained_by_schedule",
+        include_str!("../migrations/0012_pending_constrained_by_schedule.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

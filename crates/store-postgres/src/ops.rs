@@ -334,21 +334,23 @@ async fn limited_claim(c: &mut Client, p: &OccurrenceClaim, lease: Option<i64>) 
     // Read after the locks above, which may have been waited for: the claim is dated (and
     // its lease runs) from then, not from the claim statement's instant.
     let now = resolve_now(&tx, p.now).await?;
+    let allowed_n = usize::try_from(allowed).unwrap_or(0);
+    // The schedules of constrained candidates are locked before the fast claim locks any
+    // occurrence: the order a schedule change takes (schedule, then its occurrences).
+    let schedules = if allowed_n > 0 {
+        lock_constrained_schedules(&tx, p, now, allowed_n).await?
+    } else {
+        Vec::new()
+    };
     let mut got = if allowed > 0 {
         fast_claim(&tx, p, now, lease, allowed as u32).await?
     } else {
         Vec::new()
     };
     // Overlap-constrained occurrences count against the same limits, under the same locks.
-    let room = usize::try_from(allowed)
-        .unwrap_or(0)
-        .saturating_sub(got.len());
-    let mut skipped = 0;
-    if room > 0 {
-        let (more, s) = claim_constrained(&tx, p, now, lease, room).await?;
-        got.extend(more);
-        skipped = s;
-    }
+    let room = allowed_n.saturating_sub(got.len());
+    let (more, skipped) = claim_constrained_locked(&tx, p, lease, room, &schedules).await?;
+    got.extend(more);
     tx.commit().await.map_err(pg_err)?;
     count_skipped(skipped);
     Ok(got)
@@ -685,7 +687,7 @@ static CONSTRAINED_SCHEDULES: std::sync::LazyLock<String> = std::sync::LazyLock:
 /// The candidates themselves, locked, of the schedules locked (`$6`).
 static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT seq, schedule_id, overlap, state, available_at FROM occurrences
+        "SELECT seq, schedule_id, overlap, state, available_at, priority FROM occurrences
           WHERE {} AND schedule_id = ANY($6::uuid[])
           ORDER BY priority DESC, available_at, seq LIMIT $4
           FOR UPDATE SKIP LOCKED",
@@ -693,16 +695,18 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
     )
 });
 
-/// For one candidate (`$1` its schedule, `$2` its seq, `$5` its availability), with its
-/// schedule's row locked: does another occurrence of the schedule run, and is one due before
-/// it already waiting (`$3` tenant, `$4` queue, `$6` now)? Read from the database, so that a
-/// decision sees what earlier claims (and this one) decided, not only this claim's own list.
+/// For one candidate (`$1` its schedule, `$2` its seq, `$3` its priority, `$4` its
+/// availability), with its schedule's row locked: does another occurrence of the schedule
+/// run, and is one due (`$5` now) already waiting ahead of it in claim order (priority, then
+/// availability, then seq)? Read from the database, so that a decision sees what earlier
+/// claims (and this one) decided, not only this claim's own list. Each `EXISTS` is a seek in a
+/// partial index of the schedule's running or pending constrained occurrences.
 const OVERLAP_STATE: &str = "SELECT
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2),
     EXISTS (SELECT 1 FROM occurrences
-             WHERE tenant_id = $3 AND queue = $4 AND overlap <> 0
-               AND state IN ('READY', 'RETRY_WAIT') AND available_at <= $6
-               AND schedule_id = $1 AND seq <> $2 AND (available_at, seq) < ($5, $2))";
+             WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
+               AND available_at <= $5 AND seq <> $2
+               AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))";
 
 /// Claims of overlap-constrained occurrences, atomic with the state of each schedule's other
 /// occurrences across nodes: the candidates' schedule rows are locked first, in id order, and
@@ -718,7 +722,25 @@ async fn claim_constrained<C: GenericClient>(
     lease: Option<i64>,
     room: usize,
 ) -> R<(Vec<Claimed>, u64)> {
-    let limit = (room + 64) as i64;
+    let schedules = lock_constrained_schedules(tx, p, now, room).await?;
+    claim_constrained_locked(tx, p, lease, room, &schedules).await
+}
+
+/// How many constrained candidates a claim with `room` left looks at.
+fn constrained_window(room: usize) -> i64 {
+    (room + 64) as i64
+}
+
+/// Locks, in id order, the schedule rows of a claim's constrained candidates (those a claim
+/// with `room` left would look at); returns their ids. Taken before any occurrence row is
+/// locked in the transaction.
+async fn lock_constrained_schedules<C: GenericClient>(
+    tx: &C,
+    p: &OccurrenceClaim,
+    now: i64,
+    room: usize,
+) -> R<Vec<Uuid>> {
+    let limit = constrained_window(room);
     let fixed = p.now.map(|t| t.as_millisecond());
     let mut schedules: Vec<Uuid> = query(
         tx,
@@ -731,15 +753,32 @@ async fn claim_constrained<C: GenericClient>(
     .collect();
     schedules.sort_unstable();
     schedules.dedup();
-    if schedules.is_empty() {
+    if !schedules.is_empty() {
+        execute(
+            tx,
+            "SELECT 1 FROM schedules WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
+            &[&schedules],
+        )
+        .await?;
+    }
+    Ok(schedules)
+}
+
+/// The constrained claims of [`claim_constrained`], once [`lock_constrained_schedules`] has
+/// locked `schedules`: only their candidates are looked at.
+async fn claim_constrained_locked<C: GenericClient>(
+    tx: &C,
+    p: &OccurrenceClaim,
+    lease: Option<i64>,
+    room: usize,
+    schedules: &[Uuid],
+) -> R<(Vec<Claimed>, u64)> {
+    if schedules.is_empty() || room == 0 {
         return Ok((Vec::new(), 0));
     }
-    execute(
-        tx,
-        "SELECT 1 FROM schedules WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
-        &[&schedules],
-    )
-    .await?;
+    let limit = constrained_window(room);
+    let fixed = p.now.map(|t| t.as_millisecond());
+    let schedules = schedules.to_vec();
     // The locks may have been waited for: the rest is dated from now (as the claims are).
     let now = resolve_now(tx, p.now).await?;
     let candidates = query(
@@ -754,12 +793,20 @@ async fn claim_constrained<C: GenericClient>(
         if out.len() >= room {
             break;
         }
-        let (seq, schedule, overlap, state, available_at): (i64, Uuid, i32, String, i64) = (
+        let (seq, schedule, overlap, state, available_at, priority): (
+            i64,
+            Uuid,
+            i32,
+            String,
+            i64,
+            i32,
+        ) = (
             cand.get(0),
             cand.get(1),
             cand.get(2),
             cand.get(3),
             cand.get(4),
+            cand.get(5),
         );
         let decision = if state == "RUNNING" {
             fence::OverlapDecision::Claim
@@ -767,7 +814,7 @@ async fn claim_constrained<C: GenericClient>(
             let row = query(
                 tx,
                 OVERLAP_STATE,
-                &[&schedule, &seq, &p.tenant.0, &p.queue, &available_at, &now],
+                &[&schedule, &seq, &priority, &available_at, &now],
             )
             .await?;
             let (running, earlier_waiting) =
@@ -1721,5 +1768,25 @@ mod plan_tests {
                 "{name}, gate per row:\n{plan}"
             );
         }
+        // The per-candidate overlap question seeks partial indexes (on empty tables the
+        // planner picks either running index; the waiting question has one of its own).
+        c.batch_execute(&format!("PREPARE overlap_state AS {OVERLAP_STATE}"))
+            .await
+            .expect("prepare");
+        let plan: Vec<String> = c
+            .query(
+                "EXPLAIN EXECUTE overlap_state(gen_random_uuid(), 1, 0, 0, 0)",
+                &[],
+            )
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("occurrences_pending_constrained_schedule") && !plan.contains("Seq Scan"),
+            "overlap state:\n{plan}"
+        );
     }
 }

@@ -229,14 +229,43 @@ pub fn overlap_decision(
     earlier_waiting: bool,
 ) -> OverlapDecision {
     use campanile_core::Overlap;
-    match (policy, running) {
-        (_, false) if !earlier_waiting => OverlapDecision::Claim,
-        (Overlap::SkipIfRunning, true) => OverlapDecision::Skip,
-        (Overlap::QueueOne, true) if !earlier_waiting => OverlapDecision::Wait,
-        (Overlap::QueueOne, _) => OverlapDecision::Skip,
-        // Not running but an earlier one waits: it goes first; this one waits its turn.
-        (_, false) => OverlapDecision::Wait,
-        _ => OverlapDecision::Claim,
+    match (policy, running, earlier_waiting) {
+        (_, false, false) => OverlapDecision::Claim,
+        // Nothing runs but an earlier one waits: it goes first, and this one is decided by a
+        // later claim, when it may be the one left waiting (never skipped while nothing runs).
+        (_, false, true) => OverlapDecision::Wait,
+        (Overlap::SkipIfRunning, true, _) => OverlapDecision::Skip,
+        (Overlap::QueueOne, true, false) => OverlapDecision::Wait,
+        (Overlap::QueueOne, true, true) => OverlapDecision::Skip,
+        (_, true, _) => OverlapDecision::Claim,
+    }
+}
+
+#[cfg(test)]
+mod overlap_tests {
+    use super::{OverlapDecision::*, overlap_decision};
+    use campanile_core::Overlap::*;
+
+    #[test]
+    fn overlap_decisions() {
+        for (policy, running, earlier, want) in [
+            (SkipIfRunning, false, false, Claim),
+            (SkipIfRunning, true, false, Skip),
+            (SkipIfRunning, true, true, Skip),
+            (SkipIfRunning, false, true, Wait),
+            (QueueOne, false, false, Claim),
+            (QueueOne, true, false, Wait),
+            (QueueOne, true, true, Skip),
+            // An earlier one waits while nothing runs (a claim could not lock it): this one is
+            // left for a later claim, not skipped.
+            (QueueOne, false, true, Wait),
+        ] {
+            assert_eq!(
+                overlap_decision(policy, running, earlier),
+                want,
+                "{policy:?} running={running} earlier_waiting={earlier}"
+            );
+        }
     }
 }
 
