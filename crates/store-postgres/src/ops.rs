@@ -1707,6 +1707,22 @@ pub(crate) async fn deployment_shards(c: &Client, shards: u32) -> R<u32> {
 mod plan_tests {
     use super::*;
 
+    /// The plan PostgreSQL uses for `sql` as a prepared statement (generic plans forced by the
+    /// caller), executed with `args`.
+    async fn generic_plan(c: &tokio_postgres::Client, name: &str, sql: &str, args: &str) -> String {
+        c.batch_execute(&format!("PREPARE {name} AS {sql}"))
+            .await
+            .expect("prepare");
+        let plan: Vec<String> = c
+            .query(&format!("EXPLAIN EXECUTE {name}{args}"), &[])
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        plan.join("\n")
+    }
+
     /// The liveness gate is evaluated once per statement, even though it reads the clock (a
     /// volatile function): as a per-row filter, a refused claim or relay poll would walk all
     /// its candidates to return nothing. Generic plans, as the store runs them.
@@ -1751,17 +1767,7 @@ mod plan_tests {
                 "(1, 'q', 0, 10, NULL, ARRAY[]::uuid[])",
             ),
         ] {
-            c.batch_execute(&format!("PREPARE {name} AS {sql}"))
-                .await
-                .expect("prepare");
-            let plan: Vec<String> = c
-                .query(&format!("EXPLAIN EXECUTE {name}{args}"), &[])
-                .await
-                .expect("explain")
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            let plan = plan.join("\n");
+            let plan = generic_plan(&c, name, sql, args).await;
             assert!(plan.contains("One-Time Filter"), "{name}:\n{plan}");
             assert!(
                 !plan.contains("clock_timestamp"),
@@ -1770,20 +1776,13 @@ mod plan_tests {
         }
         // The per-candidate overlap question seeks partial indexes (on empty tables the
         // planner picks either running index; the waiting question has one of its own).
-        c.batch_execute(&format!("PREPARE overlap_state AS {OVERLAP_STATE}"))
-            .await
-            .expect("prepare");
-        let plan: Vec<String> = c
-            .query(
-                "EXPLAIN EXECUTE overlap_state(gen_random_uuid(), 1, 0, 0, 0)",
-                &[],
-            )
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let plan = plan.join("\n");
+        let plan = generic_plan(
+            &c,
+            "overlap_state",
+            OVERLAP_STATE,
+            "(gen_random_uuid(), 1, 0, 0, 0)",
+        )
+        .await;
         assert!(
             plan.contains("occurrences_pending_constrained_schedule") && !plan.contains("Seq Scan"),
             "overlap state:\n{plan}"
