@@ -103,16 +103,17 @@ async fn sweeper(store: Arc<dyn Store>, cfg: SweepConfig, mut stop: watch::Recei
             })
             .await
         {
-            Ok(r) if r.requeued + r.dead >= u64::from(cfg.batch) => {
+            Ok(r) if r.expired() >= u64::from(cfg.batch) => {
                 record_sweep(r);
                 Duration::ZERO
             }
             Ok(r) => {
                 record_sweep(r);
-                if r.requeued + r.dead > 0 {
+                if r.expired() > 0 {
                     tracing::info!(
                         requeued = r.requeued,
                         dead = r.dead,
+                        canceled = r.canceled,
                         "expired leases recovered"
                     );
                 }
@@ -165,9 +166,10 @@ async fn backlog_gauges(store: Arc<dyn Store>, mut stop: watch::Receiver<bool>) 
 }
 
 fn record_sweep(r: campanile_store::SweepReport) {
-    if r.requeued + r.dead > 0 {
-        metrics::counter!("campanile_leases_expired_total").increment(r.requeued + r.dead);
+    if r.expired() > 0 {
+        metrics::counter!("campanile_leases_expired_total").increment(r.expired());
         metrics::counter!("campanile_leases_recovered_total").increment(r.requeued);
         metrics::counter!("campanile_occurrences_dead_total").increment(r.dead);
+        metrics::counter!("campanile_occurrences_canceled_total").increment(r.canceled);
     }
 }

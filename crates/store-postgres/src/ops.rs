@@ -428,7 +428,7 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
          expired AS (
              SELECT seq, priority, available_at, epoch, owner, claimed_at, lease_until FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= {now}
-                AND attempts < max_attempts AND overlap = 0 AND {gate}
+                AND attempts < max_attempts AND NOT cancel_requested AND overlap = 0 AND {gate}
               ORDER BY lease_until LIMIT $4
               FOR UPDATE SKIP LOCKED),
          {name} AS (
@@ -471,7 +471,7 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                     OR EXISTS (SELECT 1 FROM occurrences
                                 WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING'
                                   AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
-                                  AND attempts < max_attempts)) AS due),
+                                  AND attempts < max_attempts AND NOT cancel_requested)) AS due),
          {pick},
          pick AS (
              SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord,
@@ -668,7 +668,8 @@ fn constrained_where() -> String {
     format!(
         "tenant_id = $1 AND queue = $2 AND overlap <> 0
             AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
-                 OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts))
+                 OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts
+                     AND NOT cancel_requested))
             AND {}",
         fence::hands_out_work_sql(&statement_now("$5"))
     )
@@ -849,7 +850,8 @@ static RELAY_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                 occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
                 o.seq, o.tenant_id, o.target
            FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
-          WHERE o.settled_at IS NULL AND o.available_at <= $1 AND {}
+          WHERE o.settled_at IS NULL AND o.available_at <= $1
+            AND NOT (occ.state = 'RUNNING' AND occ.cancel_requested) AND {}
           ORDER BY o.available_at LIMIT $2
           FOR UPDATE OF o, occ SKIP LOCKED",
         fence::hands_out_work_sql(&statement_now("$3"))
@@ -1419,28 +1421,32 @@ pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
     Ok(SweepReport {
         requeued: r.get::<_, i64>(0) as u64,
         dead: r.get::<_, i64>(1) as u64,
+        canceled: r.get::<_, i64>(2) as u64,
     })
 }
 
-/// Expired leases, oldest first, at most `$2` at `$1`: back to `READY` with attempts left, else
-/// `DEAD`; each lost attempt recorded. Answers how many of each.
+/// Expired leases, oldest first, at most `$2` at `$1`: `CANCELED` if their cancellation was
+/// requested while they ran, else back to `READY` with attempts left, else `DEAD`; each lost
+/// attempt recorded. Answers how many of each (requeued, dead, canceled).
 static LEASE_SWEEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!("WITH exp AS (
-             SELECT seq, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead FROM occurrences
+             SELECT seq, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead,
+                    cancel_requested AS canceled FROM occurrences
               WHERE state = 'RUNNING' AND lease_until <= $1
               ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED),
          upd AS (
              UPDATE occurrences o
-                SET state = CASE WHEN exp.dead THEN 'DEAD' ELSE 'READY' END,
-                    finished_at = CASE WHEN exp.dead THEN $1 ELSE o.finished_at END,
+                SET state = CASE WHEN exp.canceled THEN 'CANCELED' WHEN exp.dead THEN 'DEAD' ELSE 'READY' END,
+                    finished_at = CASE WHEN exp.canceled OR exp.dead THEN $1 ELSE o.finished_at END,
                     last_error = 'lease expired'
                FROM exp WHERE o.seq = exp.seq
-             RETURNING exp.dead),
+             RETURNING exp.dead, exp.canceled),
          att AS (
              INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
              SELECT seq, epoch, owner, claimed_at, lease_until, $1, 'lease_expired' FROM exp
              {CLOSE_RUNNING_ATTEMPT_ROW})
-         SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM upd")
+         SELECT count(*) FILTER (WHERE NOT dead AND NOT canceled),
+                count(*) FILTER (WHERE dead AND NOT canceled), count(*) FILTER (WHERE canceled) FROM upd")
 });
 
 const OCC_COLS: &str =

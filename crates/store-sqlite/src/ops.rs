@@ -301,7 +301,7 @@ impl ClaimSql {
             expired: format!(
                 "SELECT {columns} FROM occurrences
                   WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING' AND lease_until <= ?3
-                    AND attempts < max_attempts AND {overlap}
+                    AND attempts < max_attempts AND cancel_requested = 0 AND {overlap}
                   ORDER BY lease_until LIMIT ?4"
             ),
         }
@@ -637,6 +637,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
                     o.seq, o.tenant_id, o.target
                FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
               WHERE o.settled_at IS NULL AND o.available_at <= ?1
+                AND NOT (occ.state = 'RUNNING' AND occ.cancel_requested)
               ORDER BY o.available_at LIMIT ?2",
         )
         .and_then(|mut s| {
@@ -1063,14 +1064,14 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
 }
 
 pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport> {
-    let expired: Vec<(i64, u32, u32)> = c
+    let expired: Vec<(i64, u32, u32, bool)> = c
         .prepare_cached(
-            "SELECT seq, attempts, max_attempts FROM occurrences
+            "SELECT seq, attempts, max_attempts, cancel_requested FROM occurrences
               WHERE state = 'RUNNING' AND lease_until <= ?1 ORDER BY lease_until LIMIT ?2",
         )
         .and_then(|mut s| {
             s.query_map(params![now, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?
             .collect()
         })
@@ -1088,9 +1089,19 @@ pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport
               WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
         )
         .map_err(db_err)?;
-    for (seq, attempts, max) in expired {
+    let mut cancel = c
+        .prepare_cached(
+            "UPDATE occurrences SET state = 'CANCELED', finished_at = ?2, last_error = 'lease expired'
+              WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
+        )
+        .map_err(db_err)?;
+    for (seq, attempts, max, cancel_requested) in expired {
         record_attempt(c, seq, AttemptOutcome::LeaseExpired, now, None, None)?;
-        if attempts >= max {
+        // Its cancellation was asked for while it ran: the run is over, and it ends canceled
+        // rather than being handed out again.
+        if cancel_requested {
+            report.canceled += cancel.execute(params![seq, now]).map_err(db_err)? as u64;
+        } else if attempts >= max {
             report.dead += bury.execute(params![seq, now]).map_err(db_err)? as u64;
         } else {
             report.requeued += requeue.execute(params![seq, now]).map_err(db_err)? as u64;

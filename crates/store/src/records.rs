@@ -221,6 +221,16 @@ pub struct SweepReport {
     pub requeued: u64,
     /// Expired leases that used the last attempt: now `DEAD`.
     pub dead: u64,
+    /// Expired leases of occurrences whose cancellation was requested while they ran: now
+    /// `CANCELED`, never handed out again.
+    pub canceled: u64,
+}
+
+impl SweepReport {
+    /// How many expired leases the sweep ended, whatever became of them.
+    pub fn expired(&self) -> u64 {
+        self.requeued + self.dead + self.canceled
+    }
 }
 
 /// One occurrence as stored, with its reported state.

@@ -223,7 +223,8 @@ pub fn max_attempts_boundary(rt: &Runtime, h: Harness) {
             report,
             SweepReport {
                 requeued: 0,
-                dead: 1
+                dead: 1,
+                canceled: 0,
             }
         );
         let d = get(s, &f, ids[0], secs(10)).await;

@@ -203,6 +203,36 @@ pub fn cancel_pending_and_running(rt: &Runtime, h: Harness) {
             .await
             .unwrap();
         assert_eq!(canceled.len(), 1);
+        // The worker that was asked to stop goes silent: its lease (renewed to 33 s) runs out.
+        // The run is over and it was canceled, so it is not handed out again — neither by a
+        // claim, which takes over expired leases, nor by the recovery sweep, which ends it as
+        // `CANCELED` (the lost attempt on record).
+        assert!(claim(s, &f, "q", "B", 5, 30, secs(40)).await.is_empty());
+        let swept = s
+            .lease_sweep(LeaseSweep {
+                limit: 10,
+                now: Some(secs(40)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            swept,
+            SweepReport {
+                requeued: 0,
+                dead: 0,
+                canceled: 1
+            }
+        );
+        let d = get(s, &f, ids[0], secs(41)).await;
+        assert_eq!(d.occurrence.state, OccurrenceState::Canceled);
+        assert_eq!(
+            d.attempts.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+            [AttemptOutcome::LeaseExpired]
+        );
+        assert!(claim(s, &f, "q", "B", 5, 30, secs(50)).await.is_empty());
+        // The late worker's report is refused: the occurrence ended without it.
+        let ack = finish(s, &f, "A", ids[0], 1, ok("late"), secs(51)).await;
+        assert!(!ack.accepted(), "{ack:?}");
     });
 }
 
