@@ -250,6 +250,11 @@ pub(crate) async fn schedule_get<C: GenericClient>(
 
 type Retired = (u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>);
 
+/// Retires what the replaced versions left: their unclaimed occurrences become `CANCELED`,
+/// their running ones are flagged for cancellation. Rows are locked in `seq` order, as the
+/// batched successes and renewals lock them: a change and a worker's report naming the same
+/// occurrences queue behind each other instead of deadlocking (seen: PostgreSQL failing a
+/// batch of successes with a deadlock while a schedule was updated).
 async fn retire_old_versions<C: GenericClient>(
     c: &C,
     id: ScheduleId,
@@ -259,10 +264,14 @@ async fn retire_old_versions<C: GenericClient>(
     let v = i32_of(version);
     let rows = query(
         c,
-        "WITH gone AS (
-             UPDATE occurrences SET state = 'CANCELED', finished_at = $3
+        "WITH pick AS (
+             SELECT seq FROM occurrences
               WHERE schedule_id = $1 AND version < $2 AND state = 'READY' AND attempts = 0
-             RETURNING scheduled_for)
+              ORDER BY seq FOR UPDATE),
+         gone AS (
+             UPDATE occurrences o SET state = 'CANCELED', finished_at = $3
+               FROM pick WHERE o.seq = pick.seq AND o.state = 'READY' AND o.attempts = 0
+             RETURNING o.scheduled_for)
          SELECT count(*), min(scheduled_for) FROM gone",
         &[&id.0, &v, &now],
     )
@@ -271,7 +280,11 @@ async fn retire_old_versions<C: GenericClient>(
         rows.first().map_or((0, None), |r| (r.get(0), r.get(1)));
     execute(
         c,
-        "UPDATE occurrences SET cancel_requested = true WHERE schedule_id = $1 AND version < $2 AND state = 'RUNNING'",
+        "WITH pick AS (
+             SELECT seq FROM occurrences WHERE schedule_id = $1 AND version < $2 AND state = 'RUNNING'
+              ORDER BY seq FOR UPDATE)
+         UPDATE occurrences o SET cancel_requested = true
+           FROM pick WHERE o.seq = pick.seq AND o.state = 'RUNNING'",
         &[&id.0, &v],
     )
     .await?;
