@@ -118,7 +118,15 @@ fn metrics_handle() -> PrometheusHandle {
             let lag_buckets = [
                 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
             ];
+            // A histogram series not observed for 15 minutes is dropped from the exposition
+            // (and starts again from zero if it comes back): the `tenant_class` label's values
+            // are then those of classes active lately, not every class the node ever saw
+            // (renamed classes would otherwise add series until a restart).
             let recorder = PrometheusBuilder::new()
+                .idle_timeout(
+                    metrics_util::MetricKindMask::HISTOGRAM,
+                    Some(std::time::Duration::from_secs(15 * 60)),
+                )
                 .set_buckets_for_metric(
                     metrics_exporter_prometheus::Matcher::Suffix("_lag_seconds".into()),
                     &lag_buckets,
