@@ -36,7 +36,11 @@ pub fn validate(class: &str) -> Result<(), StoreError> {
     } else {
         // Quoted back at most in part: the value may be anything a client sent.
         let shown: String = class.chars().take(40).collect();
-        let more = if class.chars().count() > 40 { "…" } else { "" };
+        let more = if class.chars().count() > 40 {
+            "…"
+        } else {
+            ""
+        };
         Err(StoreError::Invalid(format!(
             "class '{shown}{more}': use 1-32 lower-case letters, digits, '-' or '_'"
         )))
