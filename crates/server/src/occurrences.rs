@@ -237,6 +237,14 @@ pub(crate) async fn claim(
              claim them"
         )));
     }
+    // No schedule can target a longer name (creation refuses it since the first release):
+    // a worker polling one is misconfigured and should hear so, not wait forever.
+    if queue.len() > 200 {
+        return Err(ApiError::invalid(format!(
+            "queue names are at most 200 bytes ({} given): no schedule can target this queue",
+            queue.len()
+        )));
+    }
     let max = b.max.unwrap_or(1);
     if !(1..=1000).contains(&max) {
         return Err(ApiError::invalid("max must be between 1 and 1000"));

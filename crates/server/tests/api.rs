@@ -1648,6 +1648,21 @@ async fn nats_targets_are_validated_routed_and_never_claimable_by_workers() {
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
     assert!(v["message"].as_str().unwrap().contains("reserved"), "{v}");
+    // A name no schedule can target (creation refuses it) is a worker's mistake, said so.
+    let long = "q".repeat(201);
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/queues/{long}/claim"),
+            Some(&app.a),
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{v}"
+    );
     let (s, v) = app
         .call("GET", "/v1/occurrences?state=READY", Some(&app.a), None)
         .await;
