@@ -207,8 +207,39 @@ pub(crate) fn schedules(env: &Env) -> Schedules {
     Schedules::new(env.store.clone(), 4)
 }
 
+/// The instants of schedule `id`'s stored calendar in `[from, until]`.
+pub(crate) async fn calendar_instants(
+    env: &Env,
+    id: campanile_core::ScheduleId,
+    from: Timestamp,
+    until: Timestamp,
+) -> BTreeSet<Timestamp> {
+    let rec = env
+        .store
+        .schedule_get(ScheduleGet {
+            tenant: env.tenant,
+            id,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    campanile_planner::calendar_of(&rec.spec)
+        .unwrap()
+        .iter_after(from.checked_sub(SignedDuration::from_nanos(1)).unwrap())
+        .take_while(|t| *t <= until)
+        .collect()
+}
+
 /// Every occurrence of a schedule, all states, in order.
 pub(crate) async fn occurrences(env: &Env, id: campanile_core::ScheduleId) -> Vec<Occurrence> {
+    occurrences_of(env, Some(id)).await
+}
+
+/// Every occurrence of the tenant (of one schedule, or of all), all states, in order.
+pub(crate) async fn occurrences_of(
+    env: &Env,
+    schedule: Option<campanile_core::ScheduleId>,
+) -> Vec<Occurrence> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
@@ -216,7 +247,7 @@ pub(crate) async fn occurrences(env: &Env, id: campanile_core::ScheduleId) -> Ve
             .store
             .occurrence_list(OccurrenceList {
                 tenant: env.tenant,
-                schedule_id: Some(id),
+                schedule_id: schedule,
                 after,
                 limit: 1000,
                 now: None,

@@ -1,13 +1,12 @@
 //! Planners as separate processes: SIGKILLed mid-batch, and racing each other.
 
-use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use campanile_calendar::DstPolicy;
-use campanile_planner::{Planner, PlannerConfig, calendar_of};
+use campanile_planner::{Planner, PlannerConfig};
 use campanile_store::*;
 use campanile_store_postgres::{PgOptions, PgStore};
 use campanile_store_sqlite::SqliteStore;
@@ -116,20 +115,7 @@ async fn seed(env: &Env, n: usize) -> Vec<campanile_core::ScheduleId> {
 
 async fn check_exact(env: &Env, ids: &[campanile_core::ScheduleId], until: Timestamp) {
     for id in ids {
-        let rec = env
-            .store
-            .schedule_get(ScheduleGet {
-                tenant: env.tenant,
-                id: *id,
-            })
-            .await
-            .unwrap()
-            .unwrap();
-        let cal = calendar_of(&rec.spec).unwrap();
-        let want: BTreeSet<Timestamp> = cal
-            .iter_after(plus(ts(T0), -1))
-            .take_while(|t| *t <= until)
-            .collect();
+        let want = calendar_instants(env, *id, ts(T0), until).await;
         let got = instants(env, *id).await; // asserts one occurrence per instant
         assert_eq!(got, want, "schedule {id}: nothing missing, nothing extra");
     }
@@ -137,25 +123,7 @@ async fn check_exact(env: &Env, ids: &[campanile_core::ScheduleId], until: Times
 
 /// How many occurrences the store holds for the tenant (all schedules, all states).
 async fn stored(env: &Env) -> usize {
-    let mut n = 0;
-    let mut after = None;
-    loop {
-        let page = env
-            .store
-            .occurrence_list(OccurrenceList {
-                tenant: env.tenant,
-                after,
-                limit: 1000,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let Some(last) = page.last() else {
-            return n;
-        };
-        after = Some((last.scheduled_for, last.id));
-        n += page.len();
-    }
+    occurrences_of(env, None).await.len()
 }
 
 /// How many instants of `ids` a complete pass at `now` plans (through its horizon).
@@ -163,20 +131,9 @@ async fn planned_by(env: &Env, ids: &[campanile_core::ScheduleId], now: Timestam
     let until = now.checked_add(config("x").horizon).unwrap();
     let mut n = 0;
     for id in ids {
-        let rec = env
-            .store
-            .schedule_get(ScheduleGet {
-                tenant: env.tenant,
-                id: *id,
-            })
-            .await
-            .unwrap()
-            .unwrap();
-        let cal = calendar_of(&rec.spec).unwrap();
-        n += cal
-            .iter_after(plus(ts(T0), -1))
-            .take_while(|t| *t < until)
-            .count();
+        // Up to the horizon, not at it.
+        let last = until.checked_sub(SignedDuration::from_nanos(1)).unwrap();
+        n += calendar_instants(env, *id, ts(T0), last).await.len();
     }
     n
 }

@@ -1,37 +1,13 @@
 //! Several planners on one database: threads racing, a lost shard lease, a SIGKILLed planner.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use campanile_calendar::DstPolicy;
-use campanile_planner::calendar_of;
 use campanile_store::*;
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 
 use crate::both;
 use crate::harness::*;
-
-async fn expected(
-    env: &Env,
-    id: campanile_core::ScheduleId,
-    from: Timestamp,
-    until: Timestamp,
-) -> BTreeSet<Timestamp> {
-    let rec = env
-        .store
-        .schedule_get(ScheduleGet {
-            tenant: env.tenant,
-            id,
-        })
-        .await
-        .unwrap()
-        .unwrap();
-    calendar_of(&rec.spec)
-        .unwrap()
-        .iter_after(from.checked_sub(SignedDuration::from_nanos(1)).unwrap())
-        .take_while(|t| *t <= until)
-        .collect()
-}
 
 /// Two and three planners tick concurrently (each on its own thread) with short shard leases
 /// that expire between ticks, so shards change hands all the time.
@@ -88,7 +64,7 @@ async fn racing_planners_leave_one_occurrence_per_instant(env: Env) {
         let until = plus(plus(t0, 39 * 30 - 7 * (n as i64 - 1)), 15 * 60);
         for id in ids {
             let got = instants(&env, id).await;
-            let want = expected(&env, id, t0, until).await;
+            let want = calendar_instants(&env, id, t0, until).await;
             assert!(
                 want.is_subset(&got),
                 "{n} planners: missing {:?}",
@@ -96,7 +72,7 @@ async fn racing_planners_leave_one_occurrence_per_instant(env: Env) {
             );
             let max_horizon = plus(plus(t0, 39 * 30), 15 * 60);
             assert!(got.iter().all(|t| *t <= max_horizon));
-            let all = expected(&env, id, t0, max_horizon).await;
+            let all = calendar_instants(&env, id, t0, max_horizon).await;
             assert!(got.is_subset(&all), "only calendar instants");
             assert!(
                 env.store

@@ -35,6 +35,35 @@ fn count(r: &Reconciliation, class: Class) -> u64 {
     r.counts.get(&class).copied().unwrap_or(0)
 }
 
+/// Reports each claimed occurrence as `outcome` decides, as `worker`.
+async fn finish_all(
+    env: &Env,
+    worker: &str,
+    claimed: &[Claimed],
+    now: Timestamp,
+    outcome: impl Fn(&Claimed) -> Finish,
+) {
+    if claimed.is_empty() {
+        return;
+    }
+    let items = claimed
+        .iter()
+        .map(|c| FinishItem {
+            lease: c.lease(),
+            finish: outcome(c),
+        })
+        .collect();
+    env.store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant: env.tenant,
+            worker_id: worker.into(),
+            items,
+            now: Some(now),
+        })
+        .await
+        .unwrap();
+}
+
 /// Claims what is due and finishes it: an occurrence for an instant whose minute is a
 /// multiple of 7 fails permanently (a dead letter), the rest succeed — decided by the
 /// instant, not by claim order.
@@ -51,35 +80,41 @@ async fn work(env: &Env, now: Timestamp) {
         })
         .await
         .unwrap();
-    let items = claimed
-        .iter()
-        .map(|c| {
-            let minute = c.scheduled_for.as_second().div_euclid(60);
-            FinishItem {
-                lease: LeaseRef {
-                    occurrence_id: c.id,
-                    epoch: c.epoch,
-                },
-                finish: if minute % 7 == 0 {
-                    Finish::Failed {
-                        class: ErrorClass::Permanent,
-                        message: "no".into(),
-                    }
-                } else {
-                    Finish::Succeeded { result: None }
-                },
+    finish_all(env, "w", &claimed, now, |c| {
+        if c.scheduled_for.as_second().div_euclid(60) % 7 == 0 {
+            Finish::Failed {
+                class: ErrorClass::Permanent,
+                message: "no".into(),
             }
-        })
-        .collect();
-    env.store
-        .occurrence_finish_many(OccurrenceFinishMany {
-            tenant: env.tenant,
-            worker_id: "w".into(),
-            items,
-            now: Some(now),
-        })
-        .await
-        .unwrap();
+        } else {
+            Finish::Succeeded { result: None }
+        }
+    })
+    .await;
+}
+
+/// Reconciles each named schedule over `[from, to)` and checks it is clean: nothing missing,
+/// unexpected or stalled, the whole range covered.
+async fn reconcile_clean<'a>(
+    env: &Env,
+    named: &[(&'a str, ScheduleId)],
+    from: Timestamp,
+    to: Timestamp,
+) -> BTreeMap<&'a str, Reconciliation> {
+    let mut results = BTreeMap::new();
+    for &(name, id) in named {
+        let r = run(env, id, from, to).await;
+        assert!(r.missing.is_empty(), "{name}: missing {:?}", r.missing);
+        assert!(
+            r.unexpected.is_empty(),
+            "{name}: unexpected {:?}",
+            r.unexpected
+        );
+        assert!(r.stalled.is_empty(), "{name}: stalled {:?}", r.stalled);
+        assert!(!r.truncated, "{name}");
+        results.insert(name, r);
+    }
+    results
 }
 
 async fn a_planned_history_reconciles_with_nothing_missing(env: Env) {
@@ -149,27 +184,22 @@ async fn a_planned_history_reconciles_with_nothing_missing(env: Env) {
     }
     p.tick(Some(end)).await.unwrap();
 
-    let mut results = BTreeMap::new();
-    for (name, id) in [
-        ("paris", paris),
-        ("fire_once", fire_once),
-        ("updated", updated),
-        ("paused", paused),
-        ("canceled", canceled),
-        ("pause_cancel", pause_cancel),
-        ("pause_update", pause_update),
-        ("one_off", one_off),
-    ] {
-        let r = run(&env, id, t0, end).await;
-        assert!(r.missing.is_empty(), "{name}: missing {:?}", r.missing);
-        assert!(
-            r.unexpected.is_empty(),
-            "{name}: unexpected {:?}",
-            r.unexpected
-        );
-        assert!(!r.truncated, "{name}");
-        results.insert(name, r);
-    }
+    let results = reconcile_clean(
+        &env,
+        &[
+            ("paris", paris),
+            ("fire_once", fire_once),
+            ("updated", updated),
+            ("paused", paused),
+            ("canceled", canceled),
+            ("pause_cancel", pause_cancel),
+            ("pause_update", pause_update),
+            ("one_off", one_off),
+        ],
+        t0,
+        end,
+    )
+    .await;
     let total = |name: &str| results[name].counts.values().sum::<u64>();
     // Every instant of each definition in force, once: 36 h of half hours (the local hour
     // Paris skips is no gap in UTC: 01:30 local is 00:30Z, 03:00 local 01:00Z); 6 h hourly
@@ -403,26 +433,12 @@ async fn hold_and_claim(
     step: u64,
     held: &mut Vec<Claimed>,
 ) {
-    if step % 2 == 0 && !held.is_empty() {
-        let items = held
-            .drain(..)
-            .map(|c| FinishItem {
-                lease: LeaseRef {
-                    occurrence_id: c.id,
-                    epoch: c.epoch,
-                },
-                finish: Finish::Succeeded { result: None },
-            })
-            .collect();
-        env.store
-            .occurrence_finish_many(OccurrenceFinishMany {
-                tenant: env.tenant,
-                worker_id: "slow".into(),
-                items,
-                now: Some(now),
-            })
-            .await
-            .unwrap();
+    if step % 2 == 0 {
+        finish_all(env, "slow", held, now, |_| Finish::Succeeded {
+            result: None,
+        })
+        .await;
+        held.clear();
     }
     let claimed = env
         .store
@@ -510,26 +526,22 @@ async fn calendar_features_reconcile_with_nothing_missing(env: Env) {
     }
     p.tick(Some(end)).await.unwrap();
 
-    let mut results = BTreeMap::new();
-    for (name, id) in [
-        ("twice", twice),
-        ("once", once),
-        ("flex", flex),
-        ("every", every),
-        ("catchup", catchup),
-        ("overlap", overlap),
-    ] {
-        let r = run(&env, id, t0, end).await;
-        assert!(r.missing.is_empty(), "{name}: missing {:?}", r.missing);
-        assert!(
-            r.unexpected.is_empty(),
-            "{name}: unexpected {:?}",
-            r.unexpected
-        );
-        assert!(r.stalled.is_empty(), "{name}: stalled {:?}", r.stalled);
-        assert!(!r.truncated, "{name}");
-        assert_eq!(count(&r, Class::NotPlannedYet), 0, "{name}: {:?}", r.counts);
-        results.insert(name, r);
+    let results = reconcile_clean(
+        &env,
+        &[
+            ("twice", twice),
+            ("once", once),
+            ("flex", flex),
+            ("every", every),
+            ("catchup", catchup),
+            ("overlap", overlap),
+        ],
+        t0,
+        end,
+    )
+    .await;
+    for (name, r) in &results {
+        assert_eq!(count(r, Class::NotPlannedYet), 0, "{name}: {:?}", r.counts);
     }
     let total = |name: &str| results[name].counts.values().sum::<u64>();
     // One instant per UTC hour at :30 (Paris is a whole-hour offset), the fold's second
