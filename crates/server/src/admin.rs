@@ -71,6 +71,15 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The tenant called `name`; 404 if there is none.
+async fn tenant_named(state: &AppState, name: &str) -> Result<campanile_store::Tenant, ApiError> {
+    state
+        .store
+        .tenant_by_name(name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))
+}
+
 /// Create a tenant; answers with its first API key (shown once).
 #[utoipa::path(post, path = "/v1/admin/tenants", tag = "admin", request_body = TenantInput,
     responses((status = 201, body = KeyOut), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -134,11 +143,7 @@ pub(crate) async fn create_key(
     _admin: Admin,
     PathParams(name): PathParams<String>,
 ) -> Result<(StatusCode, Json<KeyOut>), ApiError> {
-    let t = state
-        .store
-        .tenant_by_name(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))?;
+    let t = tenant_named(&state, &name).await?;
     let api_key = issue_key(state.store.as_ref(), Some(t.id), false).await?;
     Ok((
         StatusCode::CREATED,
@@ -162,11 +167,7 @@ pub(crate) async fn set_class(
     body: JsonBody<ClassInput>,
 ) -> Result<Json<TenantOut>, ApiError> {
     let class = body.value.class;
-    let t = state
-        .store
-        .tenant_by_name(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))?;
+    let t = tenant_named(&state, &name).await?;
     state
         .store
         .tenant_class_set(TenantClassSet {

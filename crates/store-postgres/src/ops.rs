@@ -779,7 +779,6 @@ async fn claim_constrained_locked<C: GenericClient>(
     }
     let limit = constrained_window(room);
     let fixed = p.now.map(|t| t.as_millisecond());
-    let schedules = schedules.to_vec();
     // The locks may have been waited for: the rest is dated from now (as the claims are).
     let now = resolve_now(tx, p.now).await?;
     let candidates = query(

@@ -78,6 +78,8 @@ const RETRY_UNKNOWN_AFTER: Duration = Duration::from_secs(1);
 pub struct TenantClasses {
     store: Arc<dyn Store>,
     copy: RwLock<Copy>,
+    /// [`DEFAULT_CLASS`], allocated once: handed out for every tenant the copy lacks.
+    default: Arc<str>,
 }
 
 impl std::fmt::Debug for TenantClasses {
@@ -105,6 +107,7 @@ impl TenantClasses {
         TenantClasses {
             store,
             copy: RwLock::new(Copy::default()),
+            default: Arc::from(DEFAULT_CLASS),
         }
     }
 
@@ -128,10 +131,7 @@ impl TenantClasses {
     /// The class of `tenant` in the current copy, without reading.
     pub fn cached(&self, tenant: TenantId) -> Arc<str> {
         let copy = self.copy.read().unwrap_or_else(|e| e.into_inner());
-        copy.by_tenant
-            .get(&tenant)
-            .cloned()
-            .unwrap_or_else(|| Arc::from(DEFAULT_CLASS))
+        copy.by_tenant.get(&tenant).unwrap_or(&self.default).clone()
     }
 
     fn needs_read(&self, tenant: Option<TenantId>) -> bool {
