@@ -253,6 +253,7 @@ async fn serve(args: Settings) -> Result<(), CliError> {
             client,
             campanile_relay::RelayConfig::new(node.clone()),
         )
+        .with_classes(planner.classes())
         .with_liveness(campanile_relay::Liveness(Arc::new(move || {
             planner.is_live()
         })));

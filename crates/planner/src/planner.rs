@@ -76,15 +76,16 @@ pub struct Planner {
     /// the start of the last acquisition that succeeded (the mark it wrote lasts at least as
     /// long).
     live_until: std::sync::Mutex<Option<std::time::Instant>>,
-    /// The tenants' classes, the label of the schedule-lag histogram.
-    classes: campanile_store::classes::TenantClasses,
+    /// The tenants' classes, the label of the schedule-lag histogram (shared with the node's
+    /// server and relay: [`Planner::classes`]).
+    classes: Arc<campanile_store::classes::TenantClasses>,
 }
 
 impl Planner {
     /// A planner over `store`.
     pub fn new(store: Arc<dyn Store>, cfg: PlannerConfig) -> Planner {
         Planner {
-            classes: campanile_store::classes::TenantClasses::new(store.clone()),
+            classes: Arc::new(campanile_store::classes::TenantClasses::new(store.clone())),
             store,
             cfg,
             wake: Notify::new(),
@@ -116,6 +117,12 @@ impl Planner {
     /// Shards held after the last tick.
     pub fn shards_held(&self) -> Vec<ShardLease> {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// This planner's copy of the tenants' classes, for the rest of its node to share (one
+    /// copy, one re-read every 30 s, one label per tenant across the node's metrics).
+    pub fn classes(&self) -> Arc<campanile_store::classes::TenantClasses> {
+        Arc::clone(&self.classes)
     }
 
     /// One planning pass at `now` (`None`: the store's clock): renew/acquire shards, then plan

@@ -160,6 +160,14 @@ impl Relay {
         }
     }
 
+    /// Labels its claims with this copy of the tenants' classes (the node's planner's), instead
+    /// of a copy of its own.
+    #[must_use]
+    pub fn with_classes(mut self, classes: Arc<campanile_store::classes::TenantClasses>) -> Relay {
+        self.classes = classes;
+        self
+    }
+
     /// Claims only while `live` says so (a node's liveness mark is valid), as the node's API
     /// does: otherwise [`Relay::step`] pauses, and due deliveries wait in the outbox.
     #[must_use]

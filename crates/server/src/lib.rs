@@ -78,7 +78,11 @@ impl AppState {
     ) -> AppState {
         AppState {
             schedules: Schedules::new(store.clone(), cfg.shards),
-            classes: Arc::new(campanile_store::classes::TenantClasses::new(store.clone())),
+            // The planner's copy when there is one: one per node.
+            classes: planner.as_ref().map_or_else(
+                || Arc::new(campanile_store::classes::TenantClasses::new(store.clone())),
+                |p| p.classes(),
+            ),
             store,
             planner,
             relay: cfg.relay,
