@@ -214,15 +214,7 @@ pub(crate) async fn calendar_instants(
     from: Timestamp,
     until: Timestamp,
 ) -> BTreeSet<Timestamp> {
-    let rec = env
-        .store
-        .schedule_get(ScheduleGet {
-            tenant: env.tenant,
-            id,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let rec = record(env, id).await;
     campanile_planner::calendar_of(&rec.spec)
         .unwrap()
         .iter_after(from.checked_sub(SignedDuration::from_nanos(1)).unwrap())
@@ -268,4 +260,28 @@ pub(crate) async fn instants(env: &Env, id: campanile_core::ScheduleId) -> BTree
     let set: BTreeSet<Timestamp> = occ.iter().map(|o| o.scheduled_for).collect();
     assert_eq!(set.len(), occ.len(), "one occurrence per instant");
     set
+}
+
+/// Schedule `id` as stored now (it must exist).
+pub(crate) async fn record(env: &Env, id: campanile_core::ScheduleId) -> ScheduleRecord {
+    env.store
+        .schedule_get(ScheduleGet {
+            tenant: env.tenant,
+            id,
+        })
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Sets the tenant's active-schedules quota.
+pub(crate) async fn limit_active_schedules(env: &Env, limit: i64) {
+    env.store
+        .tenant_quota_set(TenantQuota {
+            tenant: env.tenant,
+            max_active_schedules: Some(limit),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
 }

@@ -330,14 +330,7 @@ async fn resuming_is_held_to_the_quotas_of_creating(env: Env) {
         .unwrap()
         .record
         .id;
-    env.store
-        .tenant_quota_set(TenantQuota {
-            tenant: env.tenant,
-            max_active_schedules: Some(1),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    limit_active_schedules(&env, 1).await;
     // Pausing frees the only slot, another schedule takes it, and resuming is refused.
     s.transition(env.tenant, first, ScheduleState::Paused, Some(plus(t0, 1)))
         .await
@@ -377,3 +370,287 @@ async fn resuming_is_held_to_the_quotas_of_creating(env: Env) {
     );
 }
 both!(resuming_is_held_to_the_quotas_of_creating);
+
+async fn state_of(env: &Env, id: campanile_core::ScheduleId) -> ScheduleState {
+    record(env, id).await.state
+}
+
+/// Waiting to run (read by the real clock, a test's instants are all past: `READY`).
+fn pending(s: OccurrenceState) -> bool {
+    matches!(s, OccurrenceState::Scheduled | OccurrenceState::Ready)
+}
+
+fn refused_by_quota<T: std::fmt::Debug>(r: &Result<T, campanile_planner::PlannerError>) -> bool {
+    matches!(
+        r,
+        Err(campanile_planner::PlannerError::Store(
+            StoreError::QuotaExceeded { .. }
+        ))
+    )
+}
+
+/// A one-off whose instant is planned has nothing left to plan: it is `FINISHED`, its
+/// occurrence runs as usual, and its slot in the active-schedules quota is free again. Pause,
+/// resume, update and cancel act on it as on an active one, and bringing it back to planning
+/// is held to the quota.
+async fn a_planned_one_off_finishes_and_frees_its_quota_slot(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    limit_active_schedules(&env, 2).await;
+    let one_off = |at: Timestamp| spec(Timing::At(at));
+    let a = s
+        .create(env.tenant, one_off(plus(t0, 60)), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let every = cron("*/5 * * * *", "UTC", DstPolicy::default());
+    let b = s
+        .create(env.tenant, every.clone(), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let full = s.create(env.tenant, one_off(plus(t0, 90)), Some(t0)).await;
+    assert!(refused_by_quota(&full), "two active: {full:?}");
+
+    // Planning A's only instant finishes it (and nothing else); its slot is free.
+    p.tick(Some(t0)).await.unwrap();
+    assert_eq!(state_of(&env, a).await, ScheduleState::Finished);
+    assert_eq!(state_of(&env, b).await, ScheduleState::Active);
+    let a_occ = occurrences(&env, a).await;
+    assert_eq!(a_occ.len(), 1);
+    assert_eq!(a_occ[0].scheduled_for, plus(t0, 60));
+    assert!(pending(a_occ[0].state), "{:?}", a_occ[0].state);
+    let view = s.get(env.tenant, a, Some(t0)).await.unwrap().unwrap();
+    assert!(view.next_fires.is_empty(), "{:?}", view.next_fires);
+    let c = s
+        .create(env.tenant, one_off(plus(t0, 600)), Some(plus(t0, 1)))
+        .await
+        .unwrap()
+        .record
+        .id;
+
+    // Pausing the finished A before its instant retires its pending occurrence; resuming
+    // would plan that instant again, so it counts again, and the quota (B and C) refuses it.
+    let (_, paused) = s
+        .transition(env.tenant, a, ScheduleState::Paused, Some(plus(t0, 10)))
+        .await
+        .unwrap();
+    assert_eq!(paused.canceled, 1);
+    assert_eq!(paused.schedule.state, ScheduleState::Paused);
+    let refused = s
+        .transition(env.tenant, a, ScheduleState::Active, Some(plus(t0, 20)))
+        .await;
+    assert!(refused_by_quota(&refused), "{refused:?}");
+    assert_eq!(state_of(&env, a).await, ScheduleState::Paused);
+    s.transition(env.tenant, c, ScheduleState::Canceled, Some(plus(t0, 25)))
+        .await
+        .unwrap();
+    let (resumed, _) = s
+        .transition(env.tenant, a, ScheduleState::Active, Some(plus(t0, 30)))
+        .await
+        .unwrap();
+    assert_eq!(resumed.record.state, ScheduleState::Active);
+    p.tick(Some(plus(t0, 30))).await.unwrap();
+    assert_eq!(state_of(&env, a).await, ScheduleState::Finished);
+
+    // It runs as planned, once, under the version that planned it.
+    let claimed = env
+        .store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: env.tenant,
+            queue: "jobs".into(),
+            worker_id: "w".into(),
+            max: 10,
+            lease: Some(SignedDuration::from_secs(60)),
+            now: Some(plus(t0, 61)),
+        })
+        .await
+        .unwrap();
+    let mine: Vec<&Claimed> = claimed.iter().filter(|c| c.schedule_id == a).collect();
+    assert_eq!(mine.len(), 1, "{claimed:?}");
+    assert_eq!(mine[0].scheduled_for, plus(t0, 60));
+    let acks = env
+        .store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant: env.tenant,
+            worker_id: "w".into(),
+            items: claimed
+                .iter()
+                .map(|c| FinishItem {
+                    lease: LeaseRef {
+                        occurrence_id: c.id,
+                        epoch: c.epoch,
+                    },
+                    finish: Finish::Succeeded { result: None },
+                })
+                .collect(),
+            now: Some(plus(t0, 62)),
+        })
+        .await
+        .unwrap();
+    assert!(acks.iter().all(|a| a.accepted()));
+
+    // Paused after it ran, it has nothing to plan: resuming finishes it again, and that needs
+    // no slot (fill the quota first).
+    let d = s
+        .create(env.tenant, one_off(plus(t0, 3600)), Some(plus(t0, 63)))
+        .await
+        .unwrap()
+        .record
+        .id;
+    s.transition(env.tenant, a, ScheduleState::Paused, Some(plus(t0, 64)))
+        .await
+        .unwrap();
+    let (back, _) = s
+        .transition(env.tenant, a, ScheduleState::Active, Some(plus(t0, 65)))
+        .await
+        .unwrap();
+    assert_eq!(back.record.state, ScheduleState::Finished);
+
+    // An update giving it a new instant plans again and so counts: refused while B and D
+    // are active, accepted once D is canceled, and finished again once planned.
+    let version = back.record.version;
+    let refused = s
+        .update(
+            env.tenant,
+            a,
+            version,
+            one_off(plus(t0, 1800)),
+            Some(plus(t0, 66)),
+        )
+        .await;
+    assert!(refused_by_quota(&refused), "{refused:?}");
+    assert_eq!(state_of(&env, a).await, ScheduleState::Finished);
+    s.transition(env.tenant, d, ScheduleState::Canceled, Some(plus(t0, 67)))
+        .await
+        .unwrap();
+    let (updated, _) = s
+        .update(
+            env.tenant,
+            a,
+            version,
+            one_off(plus(t0, 1800)),
+            Some(plus(t0, 68)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated.record.state, ScheduleState::Active);
+    assert_eq!(updated.next_fires, vec![plus(t0, 1800)]);
+    p.tick(Some(plus(t0, 1700))).await.unwrap();
+    assert_eq!(state_of(&env, a).await, ScheduleState::Finished);
+    assert_eq!(
+        occurrences(&env, a)
+            .await
+            .iter()
+            .filter(|o| pending(o.state))
+            .map(|o| o.scheduled_for)
+            .collect::<Vec<_>>(),
+        vec![plus(t0, 1800)]
+    );
+
+    // Canceling the finished A retires that pending occurrence.
+    let (_, canceled) = s
+        .transition(env.tenant, a, ScheduleState::Canceled, Some(plus(t0, 1710)))
+        .await
+        .unwrap();
+    assert_eq!(canceled.canceled, 1);
+    assert_eq!(canceled.schedule.state, ScheduleState::Canceled);
+    assert_eq!(state_of(&env, b).await, ScheduleState::Active);
+}
+both!(a_planned_one_off_finishes_and_frees_its_quota_slot);
+
+/// Planning the last instant of many one-offs while each of them is updated, paused or
+/// canceled at the same time: no change or pass fails (on PostgreSQL the planner locks a
+/// finishing schedule's row before its queue entry, as a change does; the other order
+/// deadlocks), and every schedule ends in the state its last change implies.
+async fn finishing_races_with_changes(env: Env) {
+    let s = Arc::new(schedules(&env));
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let n = 240;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let v = s
+            .create(env.tenant, spec(Timing::At(plus(t0, 60))), Some(t0))
+            .await
+            .unwrap();
+        ids.push(v.record.id);
+    }
+    // Two passes of one node racing each other too (its shard leases last the whole test).
+    let p = Arc::new(planner(&env, "n"));
+    const ROUNDS: i64 = 6;
+    // Which change round `r` makes to schedule `i`: 0 update, 1 pause, 2 resume, 3 none.
+    let change = |i: usize, r: i64| (i * 5 + r as usize * 3) % 4;
+    for round in 0..ROUNDS {
+        let at = plus(t0, 1 + round);
+        let planners: Vec<_> = (0..2)
+            .map(|_| {
+                let p = p.clone();
+                tokio::spawn(async move { p.tick(Some(at)).await.map(|_| ()) })
+            })
+            .collect();
+        let mut changes = Vec::new();
+        for (i, id) in ids.iter().copied().enumerate() {
+            let (s, tenant) = (s.clone(), env.tenant);
+            changes.push(tokio::spawn(async move {
+                match change(i, round) {
+                    0 => {
+                        let v = s.get(tenant, id, Some(at)).await?.map(|v| v.record.version);
+                        s.update(
+                            tenant,
+                            id,
+                            v.unwrap_or(0),
+                            spec(Timing::At(plus(t0, 120))),
+                            Some(at),
+                        )
+                        .await
+                        .map(|_| ())
+                    }
+                    1 => s
+                        .transition(tenant, id, ScheduleState::Paused, Some(at))
+                        .await
+                        .map(|_| ()),
+                    2 => s
+                        .transition(tenant, id, ScheduleState::Active, Some(at))
+                        .await
+                        .map(|_| ()),
+                    _ => Ok(()),
+                }
+            }));
+        }
+        for c in changes {
+            match c.await.unwrap() {
+                // A concurrent pass never changes the version; nothing else changes it here.
+                Ok(()) => {}
+                Err(e) => panic!("a change failed: {e}"),
+            }
+        }
+        for t in planners {
+            t.await.unwrap().unwrap();
+        }
+    }
+    // Plan what the changes left to plan, then check each schedule.
+    p.tick(Some(plus(t0, ROUNDS + 1))).await.unwrap();
+    for (i, id) in ids.iter().copied().enumerate() {
+        let record = record(&env, id).await;
+        let occ = occurrences(&env, id).await;
+        let live: Vec<&Occurrence> = occ.iter().filter(|o| pending(o.state)).collect();
+        // Paused by its last pause or resume (an update leaves a paused schedule paused).
+        let paused = (0..ROUNDS).fold(false, |paused, r| match change(i, r) {
+            1 => true,
+            2 => false,
+            _ => paused,
+        });
+        if paused {
+            assert_eq!(record.state, ScheduleState::Paused, "{i}");
+            assert!(live.is_empty(), "{i}: {occ:?}");
+        } else {
+            assert_eq!(record.state, ScheduleState::Finished, "{i}: {occ:?}");
+            assert_eq!(live.len(), 1, "{i}: {occ:?}");
+            assert_eq!(live[0].version, record.version, "{i}: {occ:?}");
+        }
+    }
+}
+both!(finishing_races_with_changes);

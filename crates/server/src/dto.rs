@@ -300,7 +300,8 @@ pub struct ScheduleOut {
     pub id: ScheduleId,
     /// Current version.
     pub version: u32,
-    /// `ACTIVE`, `PAUSED` or `CANCELED`.
+    /// `ACTIVE`, `PAUSED`, `CANCELED` or `FINISHED` (nothing left to plan: a one-off whose
+    /// instant has been planned; it no longer counts against the active-schedule quotas).
     pub state: String,
     /// The route: the target queue, or `$nats:<subject>` for a NATS target.
     pub queue: String,

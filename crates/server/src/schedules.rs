@@ -165,7 +165,7 @@ pub(crate) struct ListQuery {
     limit: Option<u32>,
     /// From the previous page's `next_cursor`.
     cursor: Option<String>,
-    /// `ACTIVE`, `PAUSED` or `CANCELED`.
+    /// `ACTIVE`, `PAUSED`, `CANCELED` or `FINISHED`.
     state: Option<String>,
     /// Only this queue.
     queue: Option<String>,
@@ -197,7 +197,9 @@ pub(crate) async fn list(
         .as_deref()
         .map(|s| {
             ScheduleState::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
-                ApiError::invalid(format!("state '{s}': expected ACTIVE, PAUSED or CANCELED"))
+                ApiError::invalid(format!(
+                    "state '{s}': expected ACTIVE, PAUSED, CANCELED or FINISHED"
+                ))
             })
         })
         .transpose()?;

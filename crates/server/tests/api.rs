@@ -1740,3 +1740,73 @@ async fn a_node_whose_liveness_mark_lapsed_hands_out_no_work() {
     planner.tick(None).await.unwrap();
     assert_eq!(claim().await.0, StatusCode::OK);
 }
+
+/// A one-off whose instant is planned reads `FINISHED`, is listed under `state=finished`, and
+/// no longer takes a slot of the active-schedules quota (it used to stay `ACTIVE` for good).
+#[tokio::test]
+async fn a_planned_one_off_is_finished_and_frees_its_quota_slot() {
+    let app = app().await;
+    let tenants = app.store.tenant_list().await.unwrap();
+    app.store
+        .tenant_quota_set(campanile_store::TenantQuota {
+            tenant: tenants[0].id,
+            max_active_schedules: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let k = Some(app.a.as_str());
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(due_now("q")))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded")
+    );
+
+    app.plan().await;
+    let (s, v) = app
+        .call("GET", &format!("/v1/schedules/{id}"), k, None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["state"], "FINISHED", "{v}");
+    let (_, finished) = app
+        .call("GET", "/v1/schedules?state=finished", k, None)
+        .await;
+    let listed: Vec<&str> = finished["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, vec![id.as_str()]);
+    let (_, active) = app.call("GET", "/v1/schedules?state=active", k, None).await;
+    assert!(
+        active["schedules"].as_array().unwrap().is_empty(),
+        "{active}"
+    );
+    // Its occurrence is there to claim, and the freed slot takes a new schedule.
+    let (s, claimed) = app
+        .call(
+            "POST",
+            "/v1/queues/q/claim",
+            k,
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{claimed}");
+    assert_eq!(
+        claimed["occurrences"].as_array().unwrap().len(),
+        1,
+        "{claimed}"
+    );
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+}

@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "pending_constrained_by_schedule",
         include_str!("../migrations/0012_pending_constrained_by_schedule.sql"),
     ),
+    (
+        13,
+        "finished_schedules",
+        include_str!("../migrations/0013_finished_schedules.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -323,10 +323,12 @@ async fn current<C: GenericClient>(
         .ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
     let state = state_of(r.get(1))?;
     let shard: i32 = r.get(2);
-    let next: Option<i64> = if state == ScheduleState::Active {
-        queue_get(c, shard, id).await?
-    } else {
-        r.get(3)
+    // Active: where the queue stands; finished: nothing left (the column is the snapshot
+    // taken before it finished); paused: where it resumes.
+    let next: Option<i64> = match state {
+        ScheduleState::Active => queue_get(c, shard, id).await?,
+        ScheduleState::Finished => None,
+        _ => r.get(3),
     };
     Ok((u32_of(r.get(0)), state, shard, next))
 }
@@ -347,11 +349,14 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
     }
     let new = version + 1;
     version_insert(&tx, p.id, new, &p.spec, now).await?;
-    if state == ScheduleState::Active {
+    let to = campanile_store::fence::updated_state(state, p.next_run_at.is_some());
+    if to == ScheduleState::Active {
+        // A finished schedule given an instant to plan counts again, as when created.
+        let adding = i64::from(state != ScheduleState::Active);
         crate::admin::check_schedule_quota(
             &tx,
             p.tenant,
-            0,
+            adding,
             i64::from(p.fires_per_hour),
             Some(p.id),
         )
@@ -359,17 +364,18 @@ pub(crate) async fn schedule_update(c: &mut Client, p: ScheduleUpdate) -> R<Sche
     }
     execute(
         &tx,
-        "UPDATE schedules SET version = $2, next_run_at = $3, updated_at = $4, fires_per_hour = $5 WHERE id = $1",
+        "UPDATE schedules SET version = $2, next_run_at = $3, updated_at = $4, fires_per_hour = $5, state = $6 WHERE id = $1",
         &[
             &p.id.0,
             &i32_of(new),
             &p.next_run_at.map(|t| t.as_millisecond()),
             &now,
             &i32_of(p.fires_per_hour),
+            &to.as_str(),
         ],
     )
     .await?;
-    if state == ScheduleState::Active {
+    if to != ScheduleState::Paused {
         queue_set(
             &tx,
             shard,
@@ -408,7 +414,8 @@ pub(crate) async fn schedule_transition(
                 p.id
             )));
         }
-        (ScheduleState::Active, ScheduleState::Paused) | (_, ScheduleState::Canceled) => {
+        (ScheduleState::Active | ScheduleState::Finished, ScheduleState::Paused)
+        | (_, ScheduleState::Canceled) => {
             let new = version + 1;
             execute(
                 &tx,
@@ -441,6 +448,16 @@ pub(crate) async fn schedule_transition(
             .await?;
             queue_set(&tx, shard, p.id, new, p.tenant, None).await?;
             (canceled, in_flight)
+        }
+        // Nothing left to plan (a one-off paused after its occurrence ran): finished.
+        (ScheduleState::Paused, ScheduleState::Active) if next.is_none() => {
+            execute(
+                &tx,
+                "UPDATE schedules SET state = 'FINISHED', updated_at = $2 WHERE id = $1",
+                &[&p.id.0, &now],
+            )
+            .await?;
+            (0, Vec::new())
         }
         (ScheduleState::Paused, ScheduleState::Active) => {
             // Resuming makes the schedule count again: the same quotas as creating it.
@@ -580,6 +597,25 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
         .iter()
         .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
         .collect();
+    // Schedules whose last instant this batch plans finish. Their rows are locked first, in
+    // id order, as a schedule change locks its row before its queue entry: locking them after
+    // the queue entries could deadlock with a change of the same schedule.
+    let mut last: Vec<(Uuid, i32)> = p
+        .items
+        .iter()
+        .filter(|i| i.next_run_at.is_none())
+        .map(|i| (i.schedule_id.0, i32_of(i.version)))
+        .collect();
+    last.sort_unstable();
+    if !last.is_empty() {
+        let ids: Vec<Uuid> = last.iter().map(|(id, _)| *id).collect();
+        execute(
+            &tx,
+            "SELECT 1 FROM schedules WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            &[&ids],
+        )
+        .await?;
+    }
     // The fence per item: the queue entry the planner started from must still be there, at
     // the planned version; it moves further back (or out, when nothing is left to plan).
     let moved = query(
@@ -589,6 +625,18 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
     )
     .await?;
     let applied: std::collections::HashSet<Uuid> = moved.iter().map(|r| r.get(0)).collect();
+    last.retain(|(id, _)| applied.contains(id));
+    if !last.is_empty() {
+        let (ids, versions): (Vec<Uuid>, Vec<i32>) = last.into_iter().unzip();
+        execute(
+            &tx,
+            "UPDATE schedules s SET state = 'FINISHED', updated_at = $3
+               FROM unnest($1::uuid[], $2::int4[]) AS u(id, version)
+              WHERE s.id = u.id AND s.version = u.version AND s.state = 'ACTIVE'",
+            &[&ids, &versions, &now],
+        )
+        .await?;
+    }
     let mut report = PlanReport {
         applied: applied.len() as u64,
         stale: (p.items.len() - applied.len()) as u64,

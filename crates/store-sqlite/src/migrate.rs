@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "missed_range_superseded",
         include_str!("../migrations/0010_missed_range_superseded.sql"),
     ),
+    (
+        11,
+        "finished_schedules",
+        include_str!("../migrations/0011_finished_schedules.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -281,10 +281,12 @@ fn current(
     let (v, st, shard, next) = row.ok_or_else(|| StoreError::NotFound(format!("schedule {id}")))?;
     let st = ScheduleState::parse(&st)
         .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{st}'")))?;
-    let next = if st == ScheduleState::Active {
-        queue_get(c, shard, id)?
-    } else {
-        next
+    // Active: where the queue stands; finished: nothing left (the column is the snapshot
+    // taken before it finished); paused: where it resumes.
+    let next = match st {
+        ScheduleState::Active => queue_get(c, shard, id)?,
+        ScheduleState::Finished => None,
+        _ => next,
     };
     Ok((v, st, shard, next))
 }
@@ -302,18 +304,21 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
         )));
     }
     let new = version + 1;
-    if state == ScheduleState::Active {
+    let to = fence::updated_state(state, p.next_run_at.is_some());
+    if to == ScheduleState::Active {
+        // A finished schedule given an instant to plan counts again, as when created.
+        let adding = i64::from(state != ScheduleState::Active);
         crate::admin::check_schedule_quota(
             c,
             p.tenant,
-            0,
+            adding,
             i64::from(p.fires_per_hour),
             Some(p.id),
         )?;
     }
     version_insert(c, p.id, new, &p.spec, now)?;
     c.prepare_cached(
-        "UPDATE schedules SET version = ?2, next_run_at = ?3, updated_at = ?4, fires_per_hour = ?5 WHERE id = ?1",
+        "UPDATE schedules SET version = ?2, next_run_at = ?3, updated_at = ?4, fires_per_hour = ?5, state = ?6 WHERE id = ?1",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -321,11 +326,12 @@ pub(crate) fn schedule_update(c: &Connection, p: &ScheduleUpdate, now: i64) -> R
             new,
             p.next_run_at.map(|t| t.as_millisecond()),
             now,
-            p.fires_per_hour
+            p.fires_per_hour,
+            to.as_str()
         ])
     })
     .map_err(db_err)?;
-    if state == ScheduleState::Active {
+    if to != ScheduleState::Paused {
         let entry = QueueEntry {
             shard,
             id: p.id,
@@ -359,7 +365,8 @@ pub(crate) fn schedule_transition(
                 p.id
             )));
         }
-        (ScheduleState::Active, ScheduleState::Paused) | (_, ScheduleState::Canceled) => {
+        (ScheduleState::Active | ScheduleState::Finished, ScheduleState::Paused)
+        | (_, ScheduleState::Canceled) => {
             // A new version with the same definition: what was planned under the old one is
             // retired; on resume, planning restarts from the earliest retired instant.
             let new = version + 1;
@@ -398,6 +405,15 @@ pub(crate) fn schedule_transition(
                 None,
             )?;
             (canceled, in_flight)
+        }
+        // Nothing left to plan (a one-off paused after its occurrence ran): finished.
+        (ScheduleState::Paused, ScheduleState::Active) if next.is_none() => {
+            c.prepare_cached(
+                "UPDATE schedules SET state = 'FINISHED', updated_at = ?2 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![p.id.0, now]))
+            .map_err(db_err)?;
+            (0, Vec::new())
         }
         (ScheduleState::Paused, ScheduleState::Active) => {
             // Resuming makes the schedule count again: the same quotas as creating it.
@@ -537,6 +553,15 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
                     tenant: item.tenant,
                 };
                 queue_insert(c, entry, next.as_millisecond())?;
+            } else {
+                // Its last instant is planned: the schedule has finished (its queue entry
+                // was at this version, so the schedule is too, and active).
+                c.prepare_cached(
+                    "UPDATE schedules SET state = 'FINISHED', updated_at = ?3
+                      WHERE id = ?1 AND version = ?2 AND state = 'ACTIVE'",
+                )
+                .and_then(|mut s| s.execute(params![item.schedule_id.0, item.version, now]))
+                .map_err(db_err)?;
             }
         }
         if moved == 0 {

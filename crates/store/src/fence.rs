@@ -8,7 +8,7 @@
 use campanile_core::{Backoff, ErrorClass, OccurrenceId, OccurrenceState};
 use jiff::{SignedDuration, Timestamp};
 
-use crate::{AttemptOutcome, Conflict, Finish, StoreError};
+use crate::{AttemptOutcome, Conflict, Finish, ScheduleState, StoreError};
 
 /// What the fence needs to know about an occurrence (instants in Unix milliseconds).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,6 +314,35 @@ pub fn down_since(last_alive: Option<i64>, last_seen: Option<i64>, now: i64) -> 
     match (last_alive, last_seen) {
         (Some(until), Some(since)) if until <= now => Some(since),
         _ => None,
+    }
+}
+
+/// A schedule's state after an update that leaves `has_next` (whether the new definition has
+/// an instant to plan): a paused one stays paused (it plans on resume); an active or finished
+/// one is `ACTIVE` with an instant to plan and `FINISHED` without. The caller refuses updates
+/// of a canceled schedule before asking.
+#[must_use]
+pub fn updated_state(state: ScheduleState, has_next: bool) -> ScheduleState {
+    match state {
+        ScheduleState::Paused | ScheduleState::Canceled => state,
+        _ if has_next => ScheduleState::Active,
+        _ => ScheduleState::Finished,
+    }
+}
+
+#[cfg(test)]
+mod updated_state_tests {
+    use super::*;
+
+    #[test]
+    fn an_update_finishes_or_revives_only_what_is_not_paused() {
+        use ScheduleState::*;
+        assert_eq!(updated_state(Active, true), Active);
+        assert_eq!(updated_state(Active, false), Finished);
+        assert_eq!(updated_state(Finished, true), Active);
+        assert_eq!(updated_state(Finished, false), Finished);
+        assert_eq!(updated_state(Paused, true), Paused);
+        assert_eq!(updated_state(Paused, false), Paused);
     }
 }
 

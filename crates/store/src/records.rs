@@ -468,6 +468,12 @@ pub enum ScheduleState {
     Paused,
     /// Never planned again.
     Canceled,
+    /// Nothing left to plan: a one-off whose instant has been planned, or a definition with no
+    /// instant after the last one planned. Its occurrences run as usual; it no longer counts
+    /// against the tenant's active-schedule quotas. An update that gives it an instant to plan
+    /// makes it `ACTIVE` again; pause and cancel act on it as on an `ACTIVE` one (retiring
+    /// what it planned and has not run yet).
+    Finished,
 }
 
 impl ScheduleState {
@@ -477,6 +483,7 @@ impl ScheduleState {
             ScheduleState::Active => "ACTIVE",
             ScheduleState::Paused => "PAUSED",
             ScheduleState::Canceled => "CANCELED",
+            ScheduleState::Finished => "FINISHED",
         }
     }
 
@@ -486,6 +493,7 @@ impl ScheduleState {
             "ACTIVE" => ScheduleState::Active,
             "PAUSED" => ScheduleState::Paused,
             "CANCELED" => ScheduleState::Canceled,
+            "FINISHED" => ScheduleState::Finished,
             _ => return None,
         })
     }
