@@ -351,3 +351,50 @@ async fn upgrade_drops_liveness_marks_that_lapsed_a_day_before() {
     assert_eq!(nodes, vec!["new-node".to_string(), "recent".to_string()]);
     assert_eq!(indexed, 1);
 }
+
+/// Migration 13: an `ACTIVE` schedule without a planning-queue entry has nothing left to plan
+/// (a one-off that fired under an older binary) and becomes `FINISHED`; one with an entry, and
+/// a paused one, keep their state.
+#[tokio::test]
+async fn upgrade_finishes_active_schedules_with_nothing_left_to_plan() {
+    // ...01: ACTIVE, no queue entry (see `old_schema`).
+    let Some((url, schema, c)) = old_database("billing", 13).await else {
+        return;
+    };
+    c.batch_execute(
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+         VALUES ('00000000-0000-7000-8000-000000000002', 1, 1, 'ACTIVE', 0, 5, 0, 0),
+                ('00000000-0000-7000-8000-000000000003', 1, 2, 'PAUSED', 0, 5, 0, 0);
+         INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, kind, cron,
+             timezone, queue, priority, lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms,
+             misfire, overlap, flex_window_ms)
+         SELECT 0, 5, '00000000-0000-7000-8000-000000000002', 1, 1, kind, cron, timezone, queue,
+                priority, lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire,
+                overlap, flex_window_ms
+           FROM schedule_versions;",
+    )
+    .await
+    .expect("schedules");
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let states: Vec<(String, String)> = c
+        .query("SELECT id::text, state FROM schedules ORDER BY id", &[])
+        .await
+        .expect("states")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    let id = |n: u8| format!("00000000-0000-7000-8000-00000000000{n}");
+    assert_eq!(
+        states,
+        vec![
+            (id(1), "FINISHED".to_string()),
+            (id(2), "ACTIVE".to_string()),
+            (id(3), "PAUSED".to_string()),
+        ]
+    );
+}

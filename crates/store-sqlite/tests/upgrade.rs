@@ -323,3 +323,41 @@ fn upgrade_drops_liveness_marks_that_lapsed_a_day_before() {
         .expect("plan");
     assert!(plan.contains("planner_nodes_alive"), "{plan}");
 }
+
+/// Migration 11: an `ACTIVE` schedule without a planning-queue entry has nothing left to plan
+/// (a one-off that fired under an older binary) and becomes `FINISHED`; one with an entry, and
+/// a paused one, keep their state.
+#[test]
+fn upgrade_finishes_active_schedules_with_nothing_left_to_plan() {
+    const FINISHED: i64 = 11;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing"); // X'01': ACTIVE, no queue entry
+    let conn = migrated_up_to(&path, FINISHED);
+    conn.execute_batch(
+        "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+         VALUES (X'02', 1, 1, 'ACTIVE', 0, 5, 0, 0), (X'03', 1, 2, 'PAUSED', 0, 5, 0, 0);
+         INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+         VALUES (0, 5, X'02', 1, 1);",
+    )
+    .expect("schedules");
+    drop(conn);
+
+    SqliteStore::open(&path).expect("upgrade");
+    let states: Vec<(Vec<u8>, String)> = Connection::open(&path)
+        .expect("open")
+        .prepare("SELECT id, state FROM schedules ORDER BY id")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(
+        states,
+        vec![
+            (vec![1], "FINISHED".into()),
+            (vec![2], "ACTIVE".into()),
+            (vec![3], "PAUSED".into()),
+        ]
+    );
+}
