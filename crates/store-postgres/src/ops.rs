@@ -369,7 +369,9 @@ fn statement_now(param: &str) -> String {
 /// needs; the `lost_` columns are those of the attempt being taken over, read from the row as
 /// locked, when it is still `RUNNING` under an expired lease (else NULL). The rest records
 /// those lost attempts and claims the occurrences — new epoch, the claimer as owner, the lease
-/// — into the CTE `claimed` (the claimed occurrences with their payloads). The new attempt is
+/// — into the CTE `claimed` (the claimed occurrences with their payloads); an occurrence
+/// taken over gets its lost lease's end as its availability (when it became claimable again,
+/// [`fence::FenceView::claimable_since`]). The new attempt is
 /// not a row of its own: the occurrence row holds it ([`OccurrenceDetail::assemble`]).
 /// `owner`, `now` and `lease_until` are the statement's expressions for those values (over
 /// `pick`'s columns, if they like); `tag`, an `int8` expression over `pick`, is carried to
@@ -394,7 +396,10 @@ fn claim_sql(
          upd AS (
              UPDATE occurrences o
                 SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
-                    lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false
+                    lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false,
+                    available_at = CASE WHEN pick.lost_epoch IS NOT NULL
+                                        THEN GREATEST(o.available_at, pick.lost_lease)
+                                        ELSE o.available_at END
                FROM pick WHERE o.seq = pick.seq
              RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
                        o.lease_until, {tag} AS tag),
@@ -1437,6 +1442,8 @@ static LEASE_SWEEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              UPDATE occurrences o
                 SET state = CASE WHEN exp.canceled THEN 'CANCELED' WHEN exp.dead THEN 'DEAD' ELSE 'READY' END,
                     finished_at = CASE WHEN exp.canceled OR exp.dead THEN $1 ELSE o.finished_at END,
+                    available_at = CASE WHEN exp.canceled OR exp.dead THEN o.available_at
+                                        ELSE GREATEST(o.available_at, exp.lease_until) END,
                     last_error = 'lease expired'
                FROM exp WHERE o.seq = exp.seq
              RETURNING exp.dead, exp.canceled),

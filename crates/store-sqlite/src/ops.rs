@@ -231,7 +231,7 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     picked.extend(expired_candidates(c, p, now, false, max)?);
     best_first(&mut picked, max);
     let reclaims = picked.iter().any(|c| c.running);
-    let picked = picked.into_iter().map(|c| c.row).collect();
+    let picked = picked.into_iter().map(Candidate::claim_row).collect();
     let mut rows = claim_rows(c, &p.worker_id, now, lease, picked, reclaims)?;
     let room = max - rows.len().min(max);
     if room > 0 {
@@ -247,7 +247,24 @@ struct Candidate {
     overlap: i32,
     /// Re-claimed after its lease expired (else due pending work).
     running: bool,
+    /// The lease end stored on the row (meaningful only when `running`: when it became
+    /// claimable again).
+    lease_until: Option<i64>,
     row: ClaimRow,
+}
+
+impl Candidate {
+    /// The row to claim, its availability as the claim reports it: for an occurrence taken
+    /// over after its lease expired, when it became claimable again (the lease's end), so that
+    /// claim lag does not count the lost run as waiting. Candidates are ordered by the stored
+    /// availability before this.
+    fn claim_row(self) -> ClaimRow {
+        let mut row = self.row;
+        if self.running {
+            row.5 = row.5.max(self.lease_until.unwrap_or(row.5));
+        }
+        row
+    }
 }
 
 fn candidate(r: &Row<'_>) -> rusqlite::Result<Candidate> {
@@ -255,6 +272,7 @@ fn candidate(r: &Row<'_>) -> rusqlite::Result<Candidate> {
         priority: r.get(0)?,
         overlap: r.get(1)?,
         running: r.get(2)?,
+        lease_until: r.get(12)?,
         row: (
             r.get(3)?,
             r.get(4)?,
@@ -284,7 +302,7 @@ impl ClaimSql {
     fn new(overlap: &str) -> ClaimSql {
         // In `candidate` order; the row's columns in `ClaimRow` order.
         let columns = "priority, overlap, state = 'RUNNING', seq, id, schedule_id, version, \
-                       scheduled_for, available_at, epoch, attempts, lease_ms";
+                       scheduled_for, available_at, epoch, attempts, lease_ms, lease_until";
         ClaimSql {
             probe: format!(
                 "SELECT priority FROM occurrences
@@ -359,7 +377,9 @@ fn claim_rows(
         .prepare_cached(
             "UPDATE occurrences
                 SET state = 'RUNNING', owner = ?1, epoch = epoch + 1, attempts = attempts + 1,
-                    lease_until = ?2 + COALESCE(?3, lease_ms), claimed_at = ?2, cancel_requested = 0
+                    lease_until = ?2 + COALESCE(?3, lease_ms), claimed_at = ?2, cancel_requested = 0,
+                    available_at = CASE WHEN state = 'RUNNING' THEN MAX(available_at, lease_until)
+                                        ELSE available_at END
               WHERE seq IN (SELECT value FROM json_each(?4))",
         )
         .and_then(|mut stmt| stmt.execute(params![worker, now, lease, seqs]))
@@ -460,8 +480,8 @@ fn claim_constrained(
         if out.len() >= room {
             break;
         }
-        let (seq, schedule) = (cand.row.0, cand.row.2);
-        let decision = if cand.running {
+        let (seq, schedule, running) = (cand.row.0, cand.row.2, cand.running);
+        let decision = if running {
             // The run itself is being retried after its lease expired.
             fence::OverlapDecision::Claim
         } else {
@@ -485,8 +505,8 @@ fn claim_constrained(
                     &p.worker_id,
                     now,
                     lease,
-                    vec![cand.row],
-                    cand.running,
+                    vec![cand.claim_row()],
+                    running,
                 )?);
             }
             fence::OverlapDecision::Wait => {
@@ -661,7 +681,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
                     schedule_id,
                     version,
                     scheduled_for,
-                    view.available_at,
+                    view.claimable_since(),
                     view.epoch,
                     view.attempts,
                     lease,
@@ -1079,7 +1099,8 @@ pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport
     let mut report = SweepReport::default();
     let mut requeue = c
         .prepare_cached(
-            "UPDATE occurrences SET state = 'READY', last_error = 'lease expired'
+            "UPDATE occurrences SET state = 'READY', last_error = 'lease expired',
+                    available_at = MAX(available_at, lease_until)
               WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
         )
         .map_err(db_err)?;

@@ -33,6 +33,20 @@ pub struct FenceView {
     pub backoff_max_ms: i64,
 }
 
+impl FenceView {
+    /// When a claim made now finds it claimable since: for a row still `RUNNING` under an
+    /// expired lease (taken over), the lease's end; else `available_at`. A claim stores and
+    /// reports this as the occurrence's availability, so that claim lag (`claimed_at −
+    /// available_at`) does not count a lost run as time spent waiting for a worker.
+    #[must_use]
+    pub fn claimable_since(&self) -> i64 {
+        match (self.state, self.lease_until) {
+            (OccurrenceState::Running, Some(until)) => self.available_at.max(until),
+            _ => self.available_at,
+        }
+    }
+}
+
 fn ts(ms: i64) -> Result<Timestamp, StoreError> {
     Timestamp::from_millisecond(ms)
         .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))

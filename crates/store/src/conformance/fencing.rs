@@ -49,6 +49,13 @@ pub fn reference_scenario(rt: &Runtime, h: Harness) {
             (b[0].id, b[0].epoch, b[0].lease_until, b[0].attempt),
             (job10, 2, secs(20), 2)
         );
+        // It became claimable again when A's lease ended: that is its availability now (claim
+        // lag counts from there, not from 10, which would count A's lost run as waiting).
+        assert_eq!((a[0].available_at, b[0].available_at), (secs(10), secs(15)));
+        assert_eq!(
+            get(s, &f, job10, secs(15)).await.occurrence.available_at,
+            secs(15)
+        );
         // t=16: A completes with epoch 1: rejected, 0 rows, because the epoch is stale.
         let ack = finish(s, &f, "A", job10, 1, ok("A's output"), secs(16)).await;
         assert_eq!(ack.rows, 0);

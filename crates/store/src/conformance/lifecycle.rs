@@ -276,6 +276,8 @@ pub fn sweep_is_bounded_and_counts_attempts(rt: &Runtime, h: Harness) {
         let again = claim(s, &f, "q", "B", 100, 5, secs(6)).await;
         assert_eq!(again.len(), 10);
         assert!(again.iter().all(|c| c.attempt == 2 && c.epoch == 2));
+        // Requeued by the sweep, each is available again from its lost lease's end.
+        assert!(again.iter().all(|c| c.available_at == secs(6)), "{again:?}");
     });
 }
 

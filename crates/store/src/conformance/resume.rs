@@ -304,9 +304,11 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         assert_eq!(r.down_since, Some(secs(0)));
         assert_eq!(r.missed, 4, "{r:?}");
         let got = claim(s, &f, "q", "w", 10, 5, secs(400)).await;
+        // In order of availability: the one taken over is available again from its lease's
+        // end (19), after the other (-5).
         assert_eq!(
-            got.iter().map(|c| c.id).collect::<Vec<_>>(),
-            vec![backlog[0], backlog[1]],
+            got.iter().map(|c| (c.id, c.available_at)).collect::<Vec<_>>(),
+            vec![(backlog[1], secs(-5)), (backlog[0], secs(19))],
             "the backlog, and the claim whose lease ended in the outage"
         );
         assert!(relay(secs(400)).await.unwrap().is_empty());
