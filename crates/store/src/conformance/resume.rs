@@ -307,7 +307,9 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         // In order of availability: the one taken over is available again from its lease's
         // end (19), after the other (-5).
         assert_eq!(
-            got.iter().map(|c| (c.id, c.available_at)).collect::<Vec<_>>(),
+            got.iter()
+                .map(|c| (c.id, c.available_at))
+                .collect::<Vec<_>>(),
             vec![(backlog[1], secs(-5)), (backlog[0], secs(19))],
             "the backlog, and the claim whose lease ended in the outage"
         );
