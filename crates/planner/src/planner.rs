@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use campanile_calendar::Calendar;
+use campanile_core::ScheduleId;
 
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
@@ -286,7 +287,7 @@ impl Planner {
         report.commit += t_commit.elapsed();
         match committed {
             Ok(r) => {
-                observed.record(clock.visible_now());
+                observed.without(&r.refused).record(clock.visible_now());
                 metrics::counter!("campanile_occurrences_planned_total").increment(r.inserted);
                 report.planned += r.applied;
                 report.inserted += r.inserted;
@@ -487,17 +488,20 @@ impl PassClock {
 /// What a batch planned, kept until its commit says whether it counts: per run its tenant's
 /// class, instant and availability (after catch-up pacing), and how many instants it records
 /// as missed.
+/// A planned run as the lag histogram sees it: tenant class, scheduled for, available at.
+type Run = (Arc<str>, Timestamp, Timestamp);
+
 struct Observed {
-    runs: Vec<(Arc<str>, Timestamp, Timestamp)>,
-    missed: u64,
+    /// Per item: its schedule, its runs and its misses.
+    items: Vec<(ScheduleId, Vec<Run>, u64)>,
 }
 
 impl Observed {
     fn of(items: &[PlanItem], classes: &campanile_store::classes::TenantClasses) -> Observed {
-        let mut runs = Vec::new();
-        let mut missed = 0;
+        let mut out = Vec::with_capacity(items.len());
         for item in items {
-            missed += item.missed.as_ref().map_or(0, |m| m.count);
+            let mut runs = Vec::new();
+            let mut missed = item.missed.as_ref().map_or(0, |m| m.count);
             let mut class = None;
             for o in &item.occurrences {
                 if o.state == campanile_core::OccurrenceState::Missed {
@@ -507,8 +511,18 @@ impl Observed {
                     runs.push((class.clone(), o.scheduled_for, o.available_at));
                 }
             }
+            out.push((item.schedule_id, runs, missed));
         }
-        Observed { runs, missed }
+        Observed { items: out }
+    }
+
+    /// Without the items the commit refused as stale: they wrote nothing.
+    fn without(mut self, refused: &[ScheduleId]) -> Observed {
+        if !refused.is_empty() {
+            let refused: std::collections::HashSet<&ScheduleId> = refused.iter().collect();
+            self.items.retain(|(id, _, _)| !refused.contains(id));
+        }
+        self
     }
 
     /// Schedule lag (`visible_at - scheduled_for`, where an occurrence becomes visible when
@@ -516,7 +530,8 @@ impl Observed {
     /// and misses: recorded once the batch committed, so a fenced batch counts nothing.
     fn record(&self, committed_at: Timestamp) {
         let mut current: Option<(&Arc<str>, metrics::Histogram)> = None;
-        for (class, scheduled_for, available_at) in &self.runs {
+        let runs = self.items.iter().flat_map(|(_, runs, _)| runs);
+        for (class, scheduled_for, available_at) in runs {
             let h = match &current {
                 Some((c, h)) if Arc::ptr_eq(c, class) || c == &class => h,
                 _ => {
@@ -528,8 +543,36 @@ impl Observed {
             let lag = (visible.as_millisecond() - scheduled_for.as_millisecond()).max(0);
             h.record(lag as f64 / 1000.0);
         }
-        if self.missed > 0 {
-            metrics::counter!("campanile_occurrences_missed_total").increment(self.missed);
+        let missed: u64 = self.items.iter().map(|(_, _, missed)| missed).sum();
+        if missed > 0 {
+            metrics::counter!("campanile_occurrences_missed_total").increment(missed);
         }
+    }
+}
+
+#[cfg(test)]
+mod observed_tests {
+    use super::*;
+
+    /// Only the items a commit applied count in the schedule-lag histogram: a stale item
+    /// (refused) planned nothing (before, heavy update churn showed more lag samples than
+    /// occurrences planned).
+    #[test]
+    fn refused_items_are_not_observed() {
+        let t = Timestamp::from_second(1_800_000_000).unwrap();
+        let class: Arc<str> = Arc::from("default");
+        let (a, b) = (
+            ScheduleId(uuid::Uuid::now_v7()),
+            ScheduleId(uuid::Uuid::now_v7()),
+        );
+        let observed = Observed {
+            items: vec![
+                (a, vec![(class.clone(), t, t)], 0),
+                (b, vec![(class.clone(), t, t), (class, t, t)], 2),
+            ],
+        };
+        let kept = observed.without(&[b]);
+        assert_eq!(kept.items.len(), 1);
+        assert_eq!(kept.items[0].0, a);
     }
 }

@@ -136,11 +136,12 @@ pub fn fires_per_hour(cal: &Calendar, now: Timestamp) -> u32 {
         .count() as u32
 }
 
-/// The next `n` instants an active schedule fires at, from `now` (inclusive); none when paused
-/// or canceled.
+/// The next `n` instants a schedule's definition fires at, from `now` (inclusive): an active
+/// one's, and a finished one's (a one-off planned ahead of its instant still fires then); none
+/// when paused or canceled.
 pub fn upcoming(record: &ScheduleRecord, now: Timestamp, n: usize) -> Vec<Timestamp> {
     match (record.state, calendar_of(&record.spec)) {
-        (ScheduleState::Active, Ok(cal)) => next_fires(
+        (ScheduleState::Active | ScheduleState::Finished, Ok(cal)) => next_fires(
             &cal,
             now.checked_sub(SignedDuration::from_nanos(1))
                 .unwrap_or(now),

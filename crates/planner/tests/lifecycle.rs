@@ -423,7 +423,14 @@ async fn a_planned_one_off_finishes_and_frees_its_quota_slot(env: Env) {
     assert_eq!(a_occ.len(), 1);
     assert_eq!(a_occ[0].scheduled_for, plus(t0, 60));
     assert!(pending(a_occ[0].state), "{:?}", a_occ[0].state);
+    // Finished, its instant is still ahead: it is listed until it has passed.
     let view = s.get(env.tenant, a, Some(t0)).await.unwrap().unwrap();
+    assert_eq!(view.next_fires, vec![plus(t0, 60)]);
+    let view = s
+        .get(env.tenant, a, Some(plus(t0, 61)))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(view.next_fires.is_empty(), "{:?}", view.next_fires);
     let c = s
         .create(env.tenant, one_off(plus(t0, 600)), Some(plus(t0, 1)))
@@ -654,3 +661,81 @@ async fn finishing_races_with_changes(env: Env) {
     }
 }
 both!(finishing_races_with_changes);
+
+/// An occurrence no worker holds is retired by a pause, an update or a cancel whether it has
+/// never run or waits to retry: until session 20 a failed run waiting out its backoff (and
+/// one put back after a lost lease) was reported "in flight" and ran again while its schedule
+/// was paused (found by a black-box probe). Its failed attempt stays on record.
+async fn a_change_retires_occurrences_waiting_to_retry(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let mut sp = cron("0 * * * *", "UTC", DstPolicy::default());
+    sp.backoff_initial = SignedDuration::from_secs(20);
+    sp.backoff_max = SignedDuration::from_secs(20);
+    let id = s.create(env.tenant, sp, Some(t0)).await.unwrap().record.id;
+    p.tick(Some(t0)).await.unwrap();
+    let claim = |worker: &'static str, now: Timestamp| {
+        env.store.occurrence_claim(OccurrenceClaim {
+            tenant: env.tenant,
+            queue: "jobs".into(),
+            worker_id: worker.into(),
+            max: 10,
+            lease: Some(SignedDuration::from_secs(5)),
+            now: Some(now),
+        })
+    };
+    let first = claim("a", plus(t0, 1)).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let acks = env
+        .store
+        .occurrence_finish_many(OccurrenceFinishMany {
+            tenant: env.tenant,
+            worker_id: "a".into(),
+            items: vec![FinishItem {
+                lease: first[0].lease(),
+                finish: Finish::Failed {
+                    class: campanile_core::ErrorClass::Transient,
+                    message: "flaky".into(),
+                },
+            }],
+            now: Some(plus(t0, 2)),
+        })
+        .await
+        .unwrap();
+    assert_eq!(acks[0].state, Some(OccurrenceState::RetryWait));
+
+    let (view, change) = s
+        .transition(env.tenant, id, ScheduleState::Paused, Some(plus(t0, 3)))
+        .await
+        .unwrap();
+    assert_eq!(view.record.state, ScheduleState::Paused);
+    assert_eq!(change.canceled, 1, "{change:?}");
+    assert!(change.in_flight.is_empty(), "{change:?}");
+    // Its backoff over, nothing is handed out: the paused schedule's retry does not run.
+    assert!(claim("b", plus(t0, 60)).await.unwrap().is_empty());
+    let detail = env
+        .store
+        .occurrence_get(OccurrenceGet {
+            tenant: env.tenant,
+            key: OccurrenceKey::Id(first[0].id),
+            now: Some(plus(t0, 60)),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(detail.occurrence.state, OccurrenceState::Canceled);
+    assert_eq!(detail.attempts.len(), 1, "{:?}", detail.attempts);
+
+    // Resumed within its lateness, the instant is planned again under the new version and
+    // runs once, as any instant a pause retired.
+    s.transition(env.tenant, id, ScheduleState::Active, Some(plus(t0, 61)))
+        .await
+        .unwrap();
+    p.tick(Some(plus(t0, 61))).await.unwrap();
+    let again = claim("b", plus(t0, 62)).await.unwrap();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].scheduled_for, t0);
+    assert_ne!(again[0].id, first[0].id);
+}
+both!(a_change_retires_occurrences_waiting_to_retry);

@@ -162,7 +162,7 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
         })
         .await
         .unwrap();
-    assert_eq!((r.applied, r.stale), (0, 1));
+    assert_eq!((r.applied, r.stale, r.refused), (0, 1, vec![id]));
     assert_eq!(
         env.store.schedule_position(env.tenant, id).await.unwrap(),
         position,

@@ -343,7 +343,8 @@ pub struct ScheduleOut {
     pub flex_window_seconds: i64,
     /// Retry policy.
     pub retry: RetryDto,
-    /// The next planned instants (up to 5; empty when paused or canceled).
+    /// The definition's next instants from now (up to 5; empty when paused or canceled; a
+    /// `FINISHED` one-off lists its instant until it has passed).
     #[schema(value_type = Vec<String>)]
     pub next_fires: Vec<Timestamp>,
     /// Creation.
@@ -453,10 +454,11 @@ pub struct InFlight {
 pub struct ScheduleChangeOut {
     /// The schedule after the change.
     pub schedule: ScheduleOut,
-    /// Unclaimed occurrences of older versions that became `CANCELED`.
+    /// Occurrences of older versions no worker held (pending, or waiting to retry) that
+    /// became `CANCELED`.
     pub canceled: u64,
-    /// Claimed occurrences of older versions, left as they are (their workers see the cancel
-    /// flag on renew).
+    /// Running occurrences of older versions, left to their workers (they see the cancel
+    /// flag on renew; a lapsed lease ends them `CANCELED`).
     pub in_flight: Vec<InFlight>,
 }
 

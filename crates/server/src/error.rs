@@ -81,6 +81,18 @@ impl ApiError {
         )
     }
 
+    /// 404 for a path id that is not a UUID: no record can have it, so it is not found, as a
+    /// well-formed id of no record is (README, "Errors"); the message says why.
+    pub fn malformed_id(kind: &str, id: &str) -> ApiError {
+        let shown: String = id.chars().take(64).collect();
+        let more = if shown.len() < id.len() { "…" } else { "" };
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{kind} '{shown}{more}' not found: {kind} ids are UUIDs"),
+        )
+    }
+
     /// 409 for a fencing refusal, naming the failed check.
     pub fn lease_conflict(conflict: &Conflict) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "lease_conflict", conflict.to_string())

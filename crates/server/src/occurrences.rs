@@ -22,7 +22,7 @@ use crate::{ApiError, AppState, ErrorBody};
 fn parse_occurrence_id(s: &str) -> Result<OccurrenceId, ApiError> {
     uuid::Uuid::parse_str(s)
         .map(OccurrenceId)
-        .map_err(|_| ApiError::not_found(format!("occurrence '{s}'")))
+        .map_err(|_| ApiError::malformed_id("occurrence", s))
 }
 
 fn check_worker(worker_id: &str) -> Result<(), ApiError> {

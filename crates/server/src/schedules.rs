@@ -20,7 +20,7 @@ use crate::{ApiError, AppState, ErrorBody};
 pub(crate) fn parse_schedule_id(s: &str) -> Result<ScheduleId, ApiError> {
     uuid::Uuid::parse_str(s)
         .map(ScheduleId)
-        .map_err(|_| ApiError::not_found(format!("schedule '{s}'")))
+        .map_err(|_| ApiError::malformed_id("schedule", s))
 }
 
 fn change_out(c: ScheduleChange, next: Vec<Timestamp>) -> ScheduleChangeOut {

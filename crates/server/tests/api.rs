@@ -637,6 +637,13 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
     );
     let (s, v) = app.call("GET", "/v1/schedules/not-a-uuid", k, None).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("schedule ids are UUIDs"),
+        "{v}"
+    );
     let (s, v) = app.call("GET", "/v1/nothing-here", k, None).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
     // Preview validates without saving.

@@ -266,11 +266,11 @@ async fn retire_old_versions<C: GenericClient>(
         c,
         "WITH pick AS (
              SELECT seq FROM occurrences
-              WHERE schedule_id = $1 AND version < $2 AND state = 'READY' AND attempts = 0
+              WHERE schedule_id = $1 AND version < $2 AND state IN ('READY', 'RETRY_WAIT')
               ORDER BY seq FOR UPDATE),
          gone AS (
              UPDATE occurrences o SET state = 'CANCELED', finished_at = $3
-               FROM pick WHERE o.seq = pick.seq AND o.state = 'READY' AND o.attempts = 0
+               FROM pick WHERE o.seq = pick.seq AND o.state IN ('READY', 'RETRY_WAIT')
              RETURNING o.scheduled_for)
          SELECT count(*), min(scheduled_for) FROM gone",
         &[&id.0, &v, &now],
@@ -291,7 +291,7 @@ async fn retire_old_versions<C: GenericClient>(
     let in_flight = query(
         c,
         "SELECT id, state, available_at FROM occurrences
-          WHERE schedule_id = $1 AND version < $2 AND state IN ('RUNNING', 'RETRY_WAIT', 'READY')",
+          WHERE schedule_id = $1 AND version < $2 AND state = 'RUNNING'",
         &[&id.0, &v],
     )
     .await?
@@ -641,6 +641,12 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
         applied: applied.len() as u64,
         stale: (p.items.len() - applied.len()) as u64,
         inserted: 0,
+        refused: p
+            .items
+            .iter()
+            .map(|i| i.schedule_id)
+            .filter(|id| !applied.contains(&id.0))
+            .collect(),
     };
     let mut by_tenant: std::collections::BTreeMap<i64, Vec<NewOccurrence>> =
         std::collections::BTreeMap::new();

@@ -222,20 +222,22 @@ pub(crate) fn schedule_get(
 /// `(canceled, earliest canceled instant, in flight)`.
 type Retired = (u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>);
 
-/// Cancels unclaimed occurrences of versions below `version`, flags running ones, and
-/// reports the claimed ones. Returns (canceled, earliest canceled instant, in flight).
+/// Cancels the occurrences of versions below `version` that no worker holds — pending, or
+/// waiting to retry (or to be claimed again after a lost lease): left alone, a paused or
+/// canceled schedule's retry would run again — flags running ones, and reports those. Returns
+/// (canceled, earliest canceled instant, in flight).
 fn retire_old_versions(c: &Connection, id: ScheduleId, version: u32, now: i64) -> R<Retired> {
     let earliest: Option<i64> = c
         .prepare_cached(
             "SELECT MIN(scheduled_for) FROM occurrences
-              WHERE schedule_id = ?1 AND version < ?2 AND state = 'READY' AND attempts = 0",
+              WHERE schedule_id = ?1 AND version < ?2 AND state IN ('READY', 'RETRY_WAIT')",
         )
         .and_then(|mut s| s.query_row(params![id.0, version], |r| r.get(0)))
         .map_err(db_err)?;
     let canceled = c
         .prepare_cached(
             "UPDATE occurrences SET state = 'CANCELED', finished_at = ?3
-              WHERE schedule_id = ?1 AND version < ?2 AND state = 'READY' AND attempts = 0",
+              WHERE schedule_id = ?1 AND version < ?2 AND state IN ('READY', 'RETRY_WAIT')",
         )
         .and_then(|mut s| s.execute(params![id.0, version, now]))
         .map_err(db_err)? as u64;
@@ -248,16 +250,24 @@ fn retire_old_versions(c: &Connection, id: ScheduleId, version: u32, now: i64) -
     let in_flight = c
         .prepare_cached(
             "SELECT id, state, available_at FROM occurrences
-              WHERE schedule_id = ?1 AND version < ?2 AND state IN ('RUNNING', 'RETRY_WAIT', 'READY')",
+              WHERE schedule_id = ?1 AND version < ?2 AND state = 'RUNNING'",
         )
         .and_then(|mut s| {
-            s.query_map(params![id.0, version], |r| Ok((r.get::<_, Uuid>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()
+            s.query_map(params![id.0, version], |r| {
+                Ok((
+                    r.get::<_, Uuid>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?
         .into_iter()
         .map(|(oid, st, avail)| {
-            let st: OccurrenceState = st.parse().map_err(|e| StoreError::Database(format!("{e}")))?;
+            let st: OccurrenceState = st
+                .parse()
+                .map_err(|e| StoreError::Database(format!("{e}")))?;
             Ok((OccurrenceId(oid), fence_reported(st, avail, now)))
         })
         .collect::<R<Vec<_>>>()?;
@@ -566,6 +576,7 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
         }
         if moved == 0 {
             report.stale += 1;
+            report.refused.push(item.schedule_id);
             continue;
         }
         report.applied += 1;

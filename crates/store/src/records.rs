@@ -529,10 +529,11 @@ pub struct ScheduleRecord {
 pub struct ScheduleChange {
     /// The schedule after the change.
     pub schedule: ScheduleRecord,
-    /// Unclaimed occurrences of older versions that became `CANCELED`.
+    /// Occurrences of older versions no worker held (pending, or waiting to retry) that
+    /// became `CANCELED`.
     pub canceled: u64,
-    /// Claimed occurrences of older versions, left as they are (running ones now see the
-    /// cancel flag on renew), with their actual state.
+    /// Running occurrences of older versions, left to their workers, who see the cancel flag
+    /// on renew (a lapsed lease ends them `CANCELED`), with their actual state.
     pub in_flight: Vec<(OccurrenceId, OccurrenceState)>,
 }
 
@@ -633,7 +634,7 @@ impl Resumed {
 }
 
 /// What a [`crate::Store::plan_commit`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PlanReport {
     /// Items whose schedule advanced.
     pub applied: u64,
@@ -641,6 +642,8 @@ pub struct PlanReport {
     pub stale: u64,
     /// Occurrences inserted (runs and MISSED/SKIPPED records).
     pub inserted: u64,
+    /// The schedules of the stale items (usually none): what they planned was not written.
+    pub refused: Vec<ScheduleId>,
 }
 
 impl Timing {
