@@ -73,6 +73,11 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
 
 /// The tenant called `name`; 404 if there is none.
 async fn tenant_named(state: &AppState, name: &str) -> Result<campanile_store::Tenant, ApiError> {
+    // No tenant can have a name creation refuses (and PostgreSQL cannot even look up one
+    // with NUL).
+    if valid_name(name).is_err() {
+        return Err(ApiError::not_found(format!("tenant {name:?}")));
+    }
     state
         .store
         .tenant_by_name(name)

@@ -26,8 +26,20 @@ fn parse_occurrence_id(s: &str) -> Result<OccurrenceId, ApiError> {
 }
 
 fn check_worker(worker_id: &str) -> Result<(), ApiError> {
-    if worker_id.trim().is_empty() || worker_id.len() > 200 {
-        return Err(ApiError::invalid("worker_id must be 1 to 200 characters"));
+    if worker_id.trim().is_empty() {
+        return Err(ApiError::invalid("worker_id must not be blank"));
+    }
+    if worker_id.len() > 200 {
+        return Err(ApiError::invalid(format!(
+            "worker_id is at most 200 bytes of UTF-8 ({} given)",
+            worker_id.len()
+        )));
+    }
+    // PostgreSQL cannot store NUL in text (it answered 500); SQLite would store it as given.
+    if worker_id.contains('\0') {
+        return Err(ApiError::invalid(
+            "worker_id must not contain NUL characters",
+        ));
     }
     Ok(())
 }
@@ -79,6 +91,15 @@ pub(crate) async fn list(
             ))
         }
     };
+    let from = q.from.as_deref().map(|s| instant("from", s)).transpose()?;
+    let to = q.to.as_deref().map(|s| instant("to", s)).transpose()?;
+    if let (Some(f), Some(t)) = (from, to) {
+        if f > t {
+            return Err(ApiError::invalid(format!(
+                "from ({f}) is after to ({t}): the range is empty"
+            )));
+        }
+    }
     let rows = state
         .store
         .occurrence_list(campanile_store::OccurrenceList {
@@ -89,8 +110,8 @@ pub(crate) async fn list(
                 .map(parse_schedule_id)
                 .transpose()?,
             state: q.state.as_deref().map(parse_state).transpose()?,
-            from: q.from.as_deref().map(|s| instant("from", s)).transpose()?,
-            to: q.to.as_deref().map(|s| instant("to", s)).transpose()?,
+            from,
+            to,
             after,
             limit,
             now: None,
@@ -237,8 +258,14 @@ pub(crate) async fn claim(
              claim them"
         )));
     }
-    // No schedule can target a longer name (creation refuses it since the first release):
-    // a worker polling one is misconfigured and should hear so, not wait forever.
+    // No schedule can target an empty name, a longer one or one with NUL (creation refuses
+    // them since the first release): a worker polling one is misconfigured and should hear
+    // so, not wait forever.
+    if queue.is_empty() || queue.contains('\0') {
+        return Err(ApiError::invalid(format!(
+            "queue {queue:?}: no schedule can target an empty queue name or one with NUL"
+        )));
+    }
     if queue.len() > 200 {
         return Err(ApiError::invalid(format!(
             "queue names are at most 200 bytes ({} given): no schedule can target this queue",
@@ -533,9 +560,15 @@ fn failure(class: &str, message: Option<String>) -> Result<Finish, ApiError> {
     let class: ErrorClass = class
         .parse()
         .map_err(|e: campanile_core::UnknownName| ApiError::invalid(e.to_string()))?;
-    let message = message.unwrap_or_default();
+    let mut message = message.unwrap_or_default();
     if message.len() > 10_000 {
         return Err(ApiError::invalid("message must be at most 10000 bytes"));
+    }
+    // A NUL (PostgreSQL cannot store it in text) becomes U+FFFD rather than refusing the
+    // report: an error text quoting binary data should not keep the outcome from being
+    // recorded.
+    if message.contains('\0') {
+        message = message.replace('\0', "\u{FFFD}");
     }
     Ok(Finish::Failed { class, message })
 }

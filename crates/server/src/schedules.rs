@@ -203,6 +203,11 @@ pub(crate) async fn list(
             })
         })
         .transpose()?;
+    // No queue name holds NUL (creation refuses control characters), and PostgreSQL cannot
+    // compare text with one.
+    if q.queue.as_deref().is_some_and(|q| q.contains('\0')) {
+        return Err(ApiError::invalid("queue: a queue name never contains NUL"));
+    }
     let rows = state
         .store
         .schedule_list(campanile_store::ScheduleList {

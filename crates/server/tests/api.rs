@@ -1817,3 +1817,78 @@ async fn a_planned_one_off_is_finished_and_frees_its_quota_slot() {
         .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
 }
+
+/// Strings no record can hold are refused with a 422 that says why, not passed to the
+/// database (PostgreSQL cannot store NUL in text and answered 500; found by a black-box
+/// probe); a failure message with NUL is still recorded, the NUL replaced.
+#[tokio::test]
+async fn nul_characters_are_refused_or_replaced_never_a_500() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    app.plan().await;
+    for (path, body) in [
+        ("/v1/queues/q/claim", json!({"worker_id": "a\u{0}b"})),
+        ("/v1/queues/q%00x/claim", json!({"worker_id": "w"})),
+        (
+            "/v1/leases/renew",
+            json!({"worker_id": "w\u{0}", "leases": []}),
+        ),
+    ] {
+        let (s, v) = app.call("POST", path, k, Some(body)).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            "{path}: {v}"
+        );
+        assert!(v["message"].as_str().unwrap().contains("NUL"), "{v}");
+    }
+    let (s, v) = app.call("GET", "/v1/schedules?queue=q%00", k, None).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    // An empty range is a mistake worth naming, not an empty page.
+    let path = "/v1/occurrences?from=2026-06-02T00:00:00Z&to=2026-06-01T00:00:00Z";
+    let (s, v) = app.call("GET", path, k, None).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("after to"), "{v}");
+    let (s, claimed) = app
+        .call(
+            "POST",
+            "/v1/queues/q/claim",
+            k,
+            Some(json!({"worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{claimed}");
+    let o = &claimed["occurrences"][0];
+    let id = o["id"].as_str().unwrap();
+    // An epoch below 1 was never issued: the refusal says so (it used to say "re-claimed").
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{id}/complete"),
+            k,
+            Some(json!({"worker_id": "w", "epoch": 0})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("never issued"),
+        "{v}"
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{id}/fail"),
+            k,
+            Some(json!({"worker_id": "w", "epoch": o["epoch"], "class": "permanent", "message": "bad\u{0}byte"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, d) = app
+        .call("GET", &format!("/v1/occurrences/{id}"), k, None)
+        .await;
+    assert_eq!(d["last_error"], "bad\u{FFFD}byte", "{d}");
+}

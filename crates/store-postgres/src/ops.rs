@@ -1214,20 +1214,20 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
     // one conditional UPDATE whose returned rows are the acknowledgements.
     let rows = query(
         &tx,
-        &format!("SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = ANY($2) ORDER BY seq FOR UPDATE"),
+        &format!("SELECT {FENCE_COLS}, cancel_requested FROM occurrences WHERE tenant_id = $1 AND id = ANY($2) ORDER BY seq FOR UPDATE"),
         &[&p.tenant.0, &ids],
     )
     .await?;
-    let mut views: HashMap<Uuid, (i64, FenceView)> = HashMap::with_capacity(rows.len());
+    let mut views: HashMap<Uuid, (i64, FenceView, bool)> = HashMap::with_capacity(rows.len());
     for r in &rows {
         let (seq, id, v) = fence_view(r)?;
-        views.insert(id, (seq, v));
+        views.insert(id, (seq, v, r.get(11)));
     }
     let mut acks: Vec<Ack> = Vec::with_capacity(p.items.len());
     let mut plans: Vec<(usize, i64, fence::FinishPlan)> = Vec::new();
     for (i, item) in p.items.iter().enumerate() {
         let id = item.lease.occurrence_id;
-        let Some((seq, view)) = views.get_mut(&id.0) else {
+        let Some((seq, view, cancel_requested)) = views.get_mut(&id.0) else {
             acks.push(refused(id, Conflict::NotFound));
             continue;
         };
@@ -1235,7 +1235,7 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
             acks.push(refused(id, conflict));
             continue;
         }
-        let plan = fence::plan(view, id, &item.finish, now)?;
+        let plan = fence::plan(view, id, &item.finish, *cancel_requested, now)?;
         view.apply(&plan);
         acks.push(Ack {
             occurrence_id: id,

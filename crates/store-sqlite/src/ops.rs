@@ -764,7 +764,7 @@ pub(crate) fn lease_renew(c: &Connection, p: &LeaseRenew, now: i64) -> R<Vec<Ren
             let lost = match hit {
                 Some(_) => None,
                 None => {
-                    let view = fence_row(c, p.tenant, l.occurrence_id)?.map(|(_, v)| v);
+                    let view = fence_row(c, p.tenant, l.occurrence_id)?.map(|(_, v, _)| v);
                     fence::lost(view.as_ref(), &p.worker_id, l.epoch, now)?
                 }
             };
@@ -828,15 +828,23 @@ fn fence_of(raw: RawFence) -> R<(i64, FenceView)> {
     ))
 }
 
-fn fence_row(c: &Connection, tenant: TenantId, id: OccurrenceId) -> R<Option<(i64, FenceView)>> {
+/// The fence columns of one occurrence, and whether its cancellation was requested.
+fn fence_row(
+    c: &Connection,
+    tenant: TenantId,
+    id: OccurrenceId,
+) -> R<Option<(i64, FenceView, bool)>> {
     c.prepare_cached(
         "SELECT seq, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
-                backoff_initial_ms, backoff_max_ms
+                backoff_initial_ms, backoff_max_ms, cancel_requested
            FROM occurrences WHERE id = ?1 AND tenant_id = ?2",
     )
-    .and_then(|mut s| s.query_row(params![id.0, tenant.0], raw_fence).optional())
+    .and_then(|mut s| {
+        s.query_row(params![id.0, tenant.0], |r| Ok((raw_fence(r)?, r.get(10)?)))
+            .optional()
+    })
     .map_err(db_err)?
-    .map(fence_of)
+    .map(|(raw, cancel)| fence_of(raw).map(|(seq, view)| (seq, view, cancel)))
     .transpose()
 }
 
@@ -894,13 +902,13 @@ fn finish_one(
             });
         }
     }
-    let Some((seq, view)) = fence_row(c, tenant, id)? else {
+    let Some((seq, view, cancel_requested)) = fence_row(c, tenant, id)? else {
         return Ok(refused(id, Conflict::NotFound));
     };
     if let Some(conflict) = fence::check(&view, worker, item.lease.epoch, now)? {
         return Ok(refused(id, conflict));
     }
-    let plan = fence::plan(&view, id, &item.finish, now)?;
+    let plan = fence::plan(&view, id, &item.finish, cancel_requested, now)?;
     // The fenced write: its affected-row count is the acknowledgement.
     let rows = c
         .prepare_cached(
@@ -1009,7 +1017,7 @@ fn record_attempt(
 
 pub(crate) fn occurrence_cancel(c: &Connection, p: &OccurrenceCancel, now: i64) -> R<Ack> {
     let id = p.occurrence_id;
-    let Some((seq, f)) = fence_row(c, p.tenant, id)? else {
+    let Some((seq, f, _)) = fence_row(c, p.tenant, id)? else {
         return Ok(refused(id, Conflict::NotFound));
     };
     let (sql, state) = match f.state {
@@ -1074,7 +1082,7 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
     }
     Ok(match fence_row(c, p.tenant, id)? {
         None => refused(id, Conflict::NotFound),
-        Some((_, f)) => refused(
+        Some((_, f, _)) => refused(
             id,
             Conflict::WrongState {
                 state: reported(f.state, f.available_at, now),

@@ -52,6 +52,11 @@ impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Conflict::NotFound => write!(f, "no such occurrence"),
+            // Claims issue epochs from 1: a lower one was never issued, whatever the current.
+            Conflict::StaleEpoch { sent, current } if *sent < 1 => write!(
+                f,
+                "epoch {sent} was never issued (epochs start at 1; this occurrence's is {current})"
+            ),
             Conflict::StaleEpoch { sent, current } if sent < current => {
                 write!(
                     f,

@@ -144,7 +144,9 @@ pub struct FinishPlan {
 }
 
 /// The write for an accepted finish: success; transient failure with attempts left →
-/// `RETRY_WAIT` after full-jitter backoff; otherwise `DEAD`.
+/// `RETRY_WAIT` after full-jitter backoff — unless its cancellation was requested while it
+/// ran (`cancel_requested`), which ends it `CANCELED` (its worker stopped as asked; a retry
+/// would run a canceled job again); otherwise `DEAD`.
 ///
 /// # Errors
 ///
@@ -153,6 +155,7 @@ pub fn plan(
     v: &FenceView,
     id: OccurrenceId,
     finish: &Finish,
+    cancel_requested: bool,
     now: i64,
 ) -> Result<FinishPlan, StoreError> {
     Ok(match finish {
@@ -167,6 +170,17 @@ pub fn plan(
         },
         Finish::Failed { class, message } => {
             let retry = *class == ErrorClass::Transient && v.attempts < v.max_attempts;
+            if retry && cancel_requested {
+                return Ok(FinishPlan {
+                    state: OccurrenceState::Canceled,
+                    result: None,
+                    available_at: v.available_at,
+                    finished_at: Some(now),
+                    error_class: Some(class.as_str()),
+                    error_message: Some(message.clone()),
+                    outcome: AttemptOutcome::Failed,
+                });
+            }
             let available_at = if retry {
                 let initial = v.backoff_initial_ms.max(1);
                 let backoff = Backoff::new(
@@ -545,7 +559,7 @@ mod plan_tests {
             message: "later".into(),
         };
         for now in [1_000, 1_001, 1_999] {
-            let p = plan(&v, id, &failed, now).expect("a plan, not an error");
+            let p = plan(&v, id, &failed, false, now).expect("a plan, not an error");
             assert_eq!(p.state, OccurrenceState::RetryWait);
             assert!(p.available_at >= now);
             assert!(

@@ -179,6 +179,10 @@ impl Ack {
                 Some(OccurrenceState::Dead) => {
                     metrics::counter!("campanile_occurrences_dead_total").increment(1);
                 }
+                // A failure reported after a cancel was requested ends the occurrence.
+                Some(OccurrenceState::Canceled) => {
+                    metrics::counter!("campanile_occurrences_canceled_total").increment(1);
+                }
                 _ => {}
             }
             match (&a.conflict, ok) {

@@ -236,6 +236,56 @@ pub fn cancel_pending_and_running(rt: &Runtime, h: Harness) {
     });
 }
 
+/// A worker told to stop (the cancel flag) that reports a transient failure ends its
+/// occurrence `CANCELED`: retrying would run a canceled job again (found by a black-box probe:
+/// it went to `RETRY_WAIT` and the next claim handed it out with the flag cleared). A success
+/// is still accepted (the work was done) and a permanent failure is still a dead letter.
+pub fn a_canceled_run_that_fails_is_not_retried(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(
+            s,
+            &f,
+            (0..3).map(|i| new_occ(&f, "q", secs(i), 5)).collect(),
+        )
+        .await;
+        let c = claim(s, &f, "q", "A", 3, 300, secs(3)).await;
+        assert_eq!(c.len(), 3);
+        for id in &ids {
+            let ack = s
+                .occurrence_cancel(OccurrenceCancel {
+                    tenant: f.tenant,
+                    occurrence_id: *id,
+                    now: Some(secs(4)),
+                })
+                .await
+                .unwrap();
+            assert_eq!(ack.state, Some(OccurrenceState::Running));
+        }
+        let failed = |class| Finish::Failed {
+            class,
+            message: "stopped as asked".into(),
+        };
+        let transient = failed(campanile_core::ErrorClass::Transient);
+        let ack = finish(s, &f, "A", ids[0], 1, transient, secs(5)).await;
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Canceled)));
+        let permanent = failed(campanile_core::ErrorClass::Permanent);
+        let ack = finish(s, &f, "A", ids[1], 1, permanent, secs(5)).await;
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Dead)));
+        let ack = finish(s, &f, "A", ids[2], 1, ok("done anyway"), secs(5)).await;
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Succeeded)));
+        // Long after any backoff, nothing is handed out again.
+        assert!(claim(s, &f, "q", "B", 5, 30, secs(3_600)).await.is_empty());
+        let d = get(s, &f, ids[0], secs(3_600)).await;
+        assert_eq!(d.occurrence.state, OccurrenceState::Canceled);
+        assert_eq!(
+            d.attempts.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+            [AttemptOutcome::Failed]
+        );
+    });
+}
+
 pub fn sweep_is_bounded_and_counts_attempts(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         let s = h.store.as_ref();

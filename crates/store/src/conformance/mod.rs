@@ -42,6 +42,7 @@ macro_rules! conformance_tests {
             reference_scenario, lease_boundaries_to_the_millisecond, due_boundary,
             max_attempts_boundary, transient_failure_backs_off_then_retries,
             permanent_failure_is_dead_and_redrive_keeps_history, cancel_pending_and_running,
+            a_canceled_run_that_fails_is_not_retried,
             sweep_is_bounded_and_counts_attempts, duplicate_keys_are_ignored,
             tenants_are_isolated, list_filters_and_cursor, renew_reports_lost_leases,
             claim_orders_by_priority_then_availability, batch_finish_fences_each_item,
