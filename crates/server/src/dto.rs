@@ -92,7 +92,7 @@ pub struct ScheduleInput {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub anchor: Option<Timestamp>,
     /// Any JSON, handed to workers on claim.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub payload: Option<serde_json::Value>,
     /// Higher is claimed first (default 0).
     pub priority: Option<i32>,
@@ -329,7 +329,7 @@ pub struct ScheduleOut {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub anchor: Option<Timestamp>,
     /// Payload.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub payload: Option<serde_json::Value>,
     /// Priority.
     pub priority: i32,
@@ -547,7 +547,7 @@ pub struct OccurrenceOut {
     /// Whether cancellation was requested.
     pub cancel_requested: bool,
     /// The accepted result.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub result: Option<serde_json::Value>,
     /// Last error.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -230,7 +230,7 @@ pub(crate) struct ClaimedOut {
     /// Attempt number (1-based).
     attempt: u32,
     /// The schedule's payload.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     payload: Option<serde_json::Value>,
 }
 
@@ -441,7 +441,7 @@ pub(crate) struct CompleteInput {
     /// Epoch of the claim.
     epoch: i64,
     /// Any JSON result.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     result: Option<serde_json::Value>,
 }
 
@@ -622,7 +622,7 @@ pub(crate) struct CompletionItem {
     /// Epoch of the claim.
     epoch: i64,
     /// A success's result.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     result: Option<serde_json::Value>,
     /// A failure.
     failure: Option<FailureIn>,

@@ -1116,6 +1116,16 @@ async fn health_readiness_metrics_and_openapi() {
     routes.sort();
     insta::assert_json_snapshot!("openapi_routes", routes);
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    // A payload and a result are any JSON value (the API takes arrays, strings, numbers): the
+    // document must not type them as objects, or generated clients refuse what the API sends.
+    for (schema, field) in [("ScheduleInput", "payload"), ("OccurrenceOut", "result")] {
+        let prop = &doc["components"]["schemas"][schema]["properties"][field];
+        assert!(prop.is_object(), "{schema}.{field}: {prop}");
+        assert!(
+            !prop.to_string().contains("\"object\""),
+            "{schema}.{field} typed as an object: {prop}"
+        );
+    }
     // The document parses as OpenAPI 3.1, and every operation documents its responses.
     let typed: oas3::OpenApiV3Spec =
         serde_json::from_value(doc.clone()).expect("a valid OpenAPI document");
