@@ -17,7 +17,8 @@ pub(crate) enum TenantCommand {
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
     },
-    /// Set a tenant's quotas (omit a flag to remove that limit).
+    /// Set a tenant's quotas: every limit at once, each omitted flag removing its limit
+    /// (`--clear` alone removes them all).
     Quota {
         /// The tenant's name.
         name: String,
@@ -33,6 +34,10 @@ pub(crate) enum TenantCommand {
         /// Most late (catch-up) runs made available per second across its schedules.
         #[arg(long)]
         max_catchup_per_sec: Option<i64>,
+        /// Remove every limit (the only way to give no limit flag: without it, a bare `quota
+        /// NAME` would remove them all by accident).
+        #[arg(long)]
+        clear: bool,
         /// SQLite file path, or a postgres:// URL.
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
@@ -160,6 +165,7 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                 max_running,
                 max_triggers_per_sec,
                 max_catchup_per_sec,
+                clear,
                 database,
             } => {
                 let quotas = [
@@ -170,6 +176,19 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                 ];
                 if quotas.iter().any(|q| q.is_some_and(|m| m < 0)) {
                     return Err(CliError::usage("quotas must not be negative"));
+                }
+                match (quotas.iter().any(Option::is_some), clear) {
+                    (false, false) => {
+                        return Err(CliError::usage(
+                            "give the limits to keep (--max-active-schedules, --max-running, \
+                             --max-triggers-per-sec, --max-catchup-per-sec: each one omitted is \
+                             removed), or --clear to remove them all",
+                        ));
+                    }
+                    (true, true) => {
+                        return Err(CliError::usage("--clear takes no limit flag"));
+                    }
+                    _ => {}
                 }
                 let store = db::open(&database, None).await?;
                 let tenant = tenant_named(store.as_ref(), &name).await?;

@@ -302,6 +302,15 @@ fn tenant_and_key_admin() {
         db,
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A bare `quota NAME` would remove every limit: it takes an explicit --clear.
+    let o = campanile(&["tenant", "quota", "acme", "--database", db]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--clear"), "{}", stderr(&o));
+    let args = ["tenant", "quota", "acme", "--clear", "--max-running", "1"];
+    let o = campanile(&[&args[..], &["--database", db]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = campanile(&["tenant", "quota", "acme", "--clear", "--database", db]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = campanile(&[
         "tenant",
         "queue-limit",

@@ -122,18 +122,99 @@ fn first_instant(
     ))
 }
 
-/// How many times a calendar fires in the hour from `now` (for the trigger-rate quota).
+/// How many hours ahead [`fires_per_hour`] looks for a schedule's busiest hour: a week covers
+/// daily and weekly patterns.
+pub const FIRES_LOOKAHEAD_HOURS: i64 = 168;
+
+/// The most times a calendar fires within any one hour (a sliding window) of the week from
+/// `now`, for the trigger-rate quota. Until session 20 only the first hour counted, so a
+/// schedule quiet at creation and busy later (`* * 5 * * *` created at 02:00, or an `every: 1s`
+/// anchored tomorrow) counted as zero and let a tenant past its quota (found by a black-box
+/// probe). Stops early at 3600, the most any calendar fires in an hour (instants are whole
+/// seconds at the finest); at ~70 ns an instant, a week of a 2-second series is ~20 ms.
 pub fn fires_per_hour(cal: &Calendar, now: Timestamp) -> u32 {
+    const MOST: u32 = 3600;
+    let hour_ms = 3_600_000;
     let end = now
-        .checked_add(SignedDuration::from_hours(1))
+        .checked_add(SignedDuration::from_hours(FIRES_LOOKAHEAD_HOURS))
         .unwrap_or(Timestamp::MAX);
     let from = now
         .checked_sub(SignedDuration::from_nanos(1))
         .unwrap_or(now);
-    cal.iter_after(from)
-        .take_while(|t| *t < end)
-        .take(10_000_000)
-        .count() as u32
+    // The instants of the last hour up to each instant: a sliding window, so an hour of
+    // activity straddling two clock hours counts whole.
+    let mut window: std::collections::VecDeque<i64> = std::collections::VecDeque::new();
+    let mut busiest = 0u32;
+    for t in cal.iter_after(from).take_while(|t| *t < end) {
+        let ms = t.as_millisecond();
+        window.push_back(ms);
+        while window.front().is_some_and(|first| *first <= ms - hour_ms) {
+            window.pop_front();
+        }
+        busiest = busiest.max(window.len() as u32);
+        if busiest >= MOST {
+            break;
+        }
+    }
+    busiest
+}
+
+#[cfg(test)]
+mod fires_tests {
+    use super::*;
+    use campanile_core::{Misfire, Overlap};
+
+    fn cal(timing: Timing) -> Calendar {
+        validate(&ScheduleSpec {
+            timing,
+            queue: "q".into(),
+            payload: None,
+            priority: 0,
+            lease: SignedDuration::from_secs(30),
+            max_attempts: 1,
+            backoff_initial: SignedDuration::from_secs(1),
+            backoff_max: SignedDuration::from_secs(1),
+            misfire: Misfire::default(),
+            overlap: Overlap::Allow,
+            flex_window: SignedDuration::ZERO,
+        })
+        .expect("valid")
+    }
+
+    fn cron(expr: &str) -> Calendar {
+        cal(Timing::Cron {
+            expr: expr.into(),
+            timezone: "UTC".into(),
+            dst_gap: Default::default(),
+            dst_fold: Default::default(),
+        })
+    }
+
+    #[test]
+    fn the_busiest_hour_of_the_week_counts_not_the_first() {
+        let now: Timestamp = "2026-12-01T02:30:00Z".parse().unwrap();
+        // Quiet now, every second from 05:00.
+        assert_eq!(fires_per_hour(&cron("* * 5 * * *"), now), 3600);
+        let tomorrow: Timestamp = "2026-12-02T00:00:00Z".parse().unwrap();
+        let every = |secs| {
+            cal(Timing::Every {
+                period: SignedDuration::from_secs(secs),
+                anchor: tomorrow,
+            })
+        };
+        assert_eq!(fires_per_hour(&every(1), now), 3600);
+        assert_eq!(fires_per_hour(&every(2), now), 1800);
+        // Steady rates, and a weekly one (a Tuesday: next Monday is within the week).
+        assert_eq!(fires_per_hour(&cron("*/5 * * * *"), now), 12);
+        assert_eq!(fires_per_hour(&cron("0 9 * * MON"), now), 1);
+        assert_eq!(
+            fires_per_hour(&cron("0 0 1 1 *"), now),
+            0,
+            "beyond the week"
+        );
+        let once = cal(Timing::At(tomorrow));
+        assert_eq!(fires_per_hour(&once, now), 1);
+    }
 }
 
 /// The next `n` instants a schedule's definition fires at, from `now` (inclusive): an active
