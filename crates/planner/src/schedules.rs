@@ -102,16 +102,21 @@ pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
 
 /// The first instant to plan for a definition taking effect at `now`: the calendar's first
 /// instant at or after `now`. A one-off instant in the past is refused unless the misfire
-/// policy runs late instants.
+/// policy runs late instants or it is not late yet (within `max_lateness`: a client's clock a
+/// few seconds behind, or a slow request, should not turn "now" into an error).
 fn first_instant(
     spec: &ScheduleSpec,
     cal: &Calendar,
     now: Timestamp,
 ) -> Result<Option<Timestamp>, PlannerError> {
     if let Timing::At(at) = spec.timing {
-        if at < now && spec.misfire.runs() == 0 {
+        let late = now.duration_since(at);
+        if late > spec.misfire.max_lateness() && spec.misfire.runs() == 0 {
             return Err(PlannerError::Invalid(format!(
-                "at {at} is in the past; use misfire policy fire_once to run it anyway"
+                "at {at} is {:#} in the past, later than the misfire policy's max_lateness \
+                 ({:#}); use misfire policy fire_once to run it anyway",
+                late.round(jiff::Unit::Second).unwrap_or(late),
+                spec.misfire.max_lateness()
             )));
         }
         return Ok(Some(at));

@@ -97,9 +97,20 @@ async fn next_fires_and_first_instant(env: Env) {
         (v.record.version, v.record.state),
         (1, ScheduleState::Active)
     );
-    // A one-off in the past is refused under SKIP, accepted under FIRE_ONCE.
-    let past = spec(Timing::At(plus(now, -60)));
-    assert!(s.create(env.tenant, past.clone(), Some(now)).await.is_err());
+    // A one-off later than SKIP's max_lateness (600 s here) is refused, saying by how much;
+    // one not late yet (a client's clock a minute behind) is accepted and runs.
+    let err = s
+        .create(env.tenant, spec(Timing::At(plus(now, -700))), Some(now))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("11m 40s in the past"), "{err}");
+    let recent = s
+        .create(env.tenant, spec(Timing::At(plus(now, -60))), Some(now))
+        .await
+        .unwrap();
+    assert_eq!(recent.record.next_run_at, Some(plus(now, -60)));
+    // Accepted under FIRE_ONCE however late.
+    let past = spec(Timing::At(plus(now, -700)));
     let mut fire_once = past;
     fire_once.misfire = campanile_core::Misfire::FireOnce {
         max_lateness: SignedDuration::from_secs(30),

@@ -178,12 +178,14 @@ impl ScheduleInput {
                     .gap
                     .as_deref()
                     .unwrap_or("skip")
+                    .to_ascii_lowercase()
                     .parse::<DstGap>()
                     .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
                 dst_fold: dst
                     .fold
                     .as_deref()
                     .unwrap_or("once")
+                    .to_ascii_lowercase()
                     .parse::<DstFold>()
                     .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
             }
@@ -220,7 +222,9 @@ impl ScheduleInput {
                         "misfire.max_lateness_seconds must be between 0 and 31622400",
                     ));
                 }
-                if m.policy != "catchup"
+                // The contract writes the policies in capitals (`FIRE_ONCE`); either case.
+                let policy = m.policy.to_ascii_lowercase();
+                if policy != "catchup"
                     && (m.catchup_max.is_some() || m.catchup_interval_ms.is_some())
                 {
                     return Err(ApiError::invalid(format!(
@@ -229,7 +233,7 @@ impl ScheduleInput {
                         m.policy
                     )));
                 }
-                match m.policy.as_str() {
+                match policy.as_str() {
                     "skip" => Misfire::Skip {
                         max_lateness: lateness(m),
                     },

@@ -1902,3 +1902,24 @@ async fn nul_characters_are_refused_or_replaced_never_a_500() {
         .await;
     assert_eq!(d["last_error"], "bad\u{FFFD}byte", "{d}");
 }
+
+/// Policy names are accepted in either case (the contract writes `FIRE_ONCE`), and a one-off a
+/// few seconds in the past is not an error while it is within its lateness.
+#[tokio::test]
+async fn policy_names_in_capitals_and_a_slightly_past_one_off_are_accepted() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let body = json!({"queue": "q", "cron": "30 2 * * *", "timezone": "America/New_York",
+        "dst": {"gap": "SHIFT", "fold": "TWICE"}, "misfire": {"policy": "FIRE_ONCE"}});
+    let (s, v) = app.call("POST", "/v1/schedules", k, Some(body)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let at = |secs| Some(json!({"queue": "q", "at": now_plus(secs)}));
+    let (s, v) = app.call("POST", "/v1/schedules", k, at(-5)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = app.call("POST", "/v1/schedules", k, at(-600)).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("max_lateness"),
+        "{v}"
+    );
+}
