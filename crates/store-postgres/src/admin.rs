@@ -284,7 +284,8 @@ pub(crate) async fn check_schedule_quota<C: deadpool_postgres::GenericClient>(
             return Err(StoreError::QuotaExceeded {
                 quota: Quota::TriggersPerSec,
                 message: format!(
-                    "the tenant's schedules may fire at most {rate} times per second in total; this one fires {fires_per_hour} times an hour and the others {fires}"
+                    "the tenant's schedules may fire at most {rate} times per second in total ({} an hour); this one fires up to {fires_per_hour} times in an hour, the others up to {fires}",
+                    rate.saturating_mul(3600)
                 ),
             });
         }
