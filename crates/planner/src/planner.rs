@@ -485,42 +485,50 @@ impl PassClock {
     }
 }
 
-/// What a batch planned, kept until its commit says whether it counts: per run its tenant's
-/// class, instant and availability (after catch-up pacing), and how many instants it records
-/// as missed.
-/// A planned run as the lag histogram sees it: tenant class, scheduled for, available at.
-type Run = (Arc<str>, Timestamp, Timestamp);
+/// A planned run as the lag histogram sees it: its schedule, its tenant's class, its instant
+/// and its availability (after catch-up pacing).
+type Run = (ScheduleId, Arc<str>, Timestamp, Timestamp);
 
+/// What a batch planned, kept until its commit says whether it counts: its runs, and per
+/// schedule that records some, how many instants it records as missed.
 struct Observed {
-    /// Per item: its schedule, its runs and its misses.
-    items: Vec<(ScheduleId, Vec<Run>, u64)>,
+    runs: Vec<Run>,
+    missed: Vec<(ScheduleId, u64)>,
 }
 
 impl Observed {
     fn of(items: &[PlanItem], classes: &campanile_store::classes::TenantClasses) -> Observed {
-        let mut out = Vec::with_capacity(items.len());
+        let mut runs = Vec::new();
+        let mut missed = Vec::new();
         for item in items {
-            let mut runs = Vec::new();
-            let mut missed = item.missed.as_ref().map_or(0, |m| m.count);
+            let mut item_missed = item.missed.as_ref().map_or(0, |m| m.count);
             let mut class = None;
             for o in &item.occurrences {
                 if o.state == campanile_core::OccurrenceState::Missed {
-                    missed += 1;
+                    item_missed += 1;
                 } else {
                     let class = class.get_or_insert_with(|| classes.cached(item.tenant));
-                    runs.push((class.clone(), o.scheduled_for, o.available_at));
+                    runs.push((
+                        item.schedule_id,
+                        class.clone(),
+                        o.scheduled_for,
+                        o.available_at,
+                    ));
                 }
             }
-            out.push((item.schedule_id, runs, missed));
+            if item_missed > 0 {
+                missed.push((item.schedule_id, item_missed));
+            }
         }
-        Observed { items: out }
+        Observed { runs, missed }
     }
 
     /// Without the items the commit refused as stale: they wrote nothing.
     fn without(mut self, refused: &[ScheduleId]) -> Observed {
         if !refused.is_empty() {
             let refused: std::collections::HashSet<&ScheduleId> = refused.iter().collect();
-            self.items.retain(|(id, _, _)| !refused.contains(id));
+            self.runs.retain(|(id, ..)| !refused.contains(id));
+            self.missed.retain(|(id, _)| !refused.contains(id));
         }
         self
     }
@@ -530,8 +538,7 @@ impl Observed {
     /// and misses: recorded once the batch committed, so a fenced batch counts nothing.
     fn record(&self, committed_at: Timestamp) {
         let mut current: Option<(&Arc<str>, metrics::Histogram)> = None;
-        let runs = self.items.iter().flat_map(|(_, runs, _)| runs);
-        for (class, scheduled_for, available_at) in runs {
+        for (_, class, scheduled_for, available_at) in &self.runs {
             let h = match &current {
                 Some((c, h)) if Arc::ptr_eq(c, class) || c == &class => h,
                 _ => {
@@ -543,7 +550,7 @@ impl Observed {
             let lag = (visible.as_millisecond() - scheduled_for.as_millisecond()).max(0);
             h.record(lag as f64 / 1000.0);
         }
-        let missed: u64 = self.items.iter().map(|(_, _, missed)| missed).sum();
+        let missed: u64 = self.missed.iter().map(|(_, n)| n).sum();
         if missed > 0 {
             metrics::counter!("campanile_occurrences_missed_total").increment(missed);
         }
@@ -566,13 +573,16 @@ mod observed_tests {
             ScheduleId(uuid::Uuid::now_v7()),
         );
         let observed = Observed {
-            items: vec![
-                (a, vec![(class.clone(), t, t)], 0),
-                (b, vec![(class.clone(), t, t), (class, t, t)], 2),
+            runs: vec![
+                (a, class.clone(), t, t),
+                (b, class.clone(), t, t),
+                (b, class, t, t),
             ],
+            missed: vec![(b, 2)],
         };
         let kept = observed.without(&[b]);
-        assert_eq!(kept.items.len(), 1);
-        assert_eq!(kept.items[0].0, a);
+        assert_eq!(kept.runs.len(), 1);
+        assert_eq!(kept.runs[0].0, a);
+        assert!(kept.missed.is_empty());
     }
 }

@@ -238,14 +238,13 @@ pub async fn reconcile(
         gaps.iter()
             .find(|g: &&MissedRange| g.first_at <= t && t <= g.last_at)
     };
-    let in_gap = |t: Timestamp| gap_of(t).is_some();
 
     // Where planning stands (later instants are not planned yet), read only when an instant
     // due by now has no record at all: an active schedule's position is a scan of its shard's
     // planning queue, and a healthy schedule has a record for everything due.
     let unrecorded = expected
         .keys()
-        .any(|at| *at <= range.now && !recorded.contains_key(at) && !in_gap(*at));
+        .any(|at| *at <= range.now && !recorded.contains_key(at) && gap_of(*at).is_none());
     let position = match record.state {
         ScheduleState::Active if unrecorded => {
             let position = store.schedule_position(tenant, id).await?;
@@ -274,38 +273,39 @@ pub async fn reconcile(
                 .filter(|(_, s)| *s != OccurrenceState::Canceled)
                 .max_by_key(|(v, _)| *v)
                 .map_or(Class::Canceled, |(_, s)| Class::of(*s)),
-            // A summarized gap: judged late by the misfire policy, or superseded by a change.
-            None if in_gap(at) => match gap_of(at) {
+            None => match gap_of(at) {
+                // A summarized gap: judged late by the misfire policy, or superseded by a
+                // change.
                 Some(g) if g.superseded => Class::Canceled,
-                _ => Class::Missed,
-            },
-            None if at > range.now => Class::NotPlannedYet,
-            None if position.is_some_and(|p| at >= p) => {
-                let stuck = record.state == ScheduleState::Active
-                    && range
-                        .now
-                        .checked_sub(range.stall_after)
-                        .is_ok_and(|limit| at < limit);
-                if stuck {
-                    out.stalled.push(Finding {
+                Some(_) => Class::Missed,
+                None if at > range.now => Class::NotPlannedYet,
+                None if position.is_some_and(|p| at >= p) => {
+                    let stuck = record.state == ScheduleState::Active
+                        && range
+                            .now
+                            .checked_sub(range.stall_after)
+                            .is_ok_and(|limit| at < limit);
+                    if stuck {
+                        out.stalled.push(Finding {
+                            version,
+                            scheduled_for: at,
+                            state: None,
+                        });
+                        Class::Stalled
+                    } else {
+                        Class::NotPlannedYet
+                    }
+                }
+                None if boundary => continue,
+                None => {
+                    out.missing.push(Finding {
                         version,
                         scheduled_for: at,
                         state: None,
                     });
-                    Class::Stalled
-                } else {
-                    Class::NotPlannedYet
+                    Class::Missing
                 }
-            }
-            None if boundary => continue,
-            None => {
-                out.missing.push(Finding {
-                    version,
-                    scheduled_for: at,
-                    state: None,
-                });
-                Class::Missing
-            }
+            },
         };
         *out.counts.entry(class).or_default() += 1;
     }

@@ -285,3 +285,23 @@ pub(crate) async fn limit_active_schedules(env: &Env, limit: i64) {
         .await
         .unwrap();
 }
+
+/// Claims up to 10 of the tenant's `jobs` queue as `worker`, with leases of `lease_secs`.
+pub(crate) async fn claim_jobs(
+    env: &Env,
+    worker: &str,
+    lease_secs: i64,
+    now: Timestamp,
+) -> Vec<Claimed> {
+    env.store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: env.tenant,
+            queue: "jobs".into(),
+            worker_id: worker.into(),
+            max: 10,
+            lease: Some(SignedDuration::from_secs(lease_secs)),
+            now: Some(now),
+        })
+        .await
+        .unwrap()
+}

@@ -464,18 +464,7 @@ async fn a_planned_one_off_finishes_and_frees_its_quota_slot(env: Env) {
     assert_eq!(state_of(&env, a).await, ScheduleState::Finished);
 
     // It runs as planned, once, under the version that planned it.
-    let claimed = env
-        .store
-        .occurrence_claim(OccurrenceClaim {
-            tenant: env.tenant,
-            queue: "jobs".into(),
-            worker_id: "w".into(),
-            max: 10,
-            lease: Some(SignedDuration::from_secs(60)),
-            now: Some(plus(t0, 61)),
-        })
-        .await
-        .unwrap();
+    let claimed = claim_jobs(&env, "w", 60, plus(t0, 61)).await;
     let mine: Vec<&Claimed> = claimed.iter().filter(|c| c.schedule_id == a).collect();
     assert_eq!(mine.len(), 1, "{claimed:?}");
     assert_eq!(mine[0].scheduled_for, plus(t0, 60));
@@ -675,17 +664,7 @@ async fn a_change_retires_occurrences_waiting_to_retry(env: Env) {
     sp.backoff_max = SignedDuration::from_secs(20);
     let id = s.create(env.tenant, sp, Some(t0)).await.unwrap().record.id;
     p.tick(Some(t0)).await.unwrap();
-    let claim = |worker: &'static str, now: Timestamp| {
-        env.store.occurrence_claim(OccurrenceClaim {
-            tenant: env.tenant,
-            queue: "jobs".into(),
-            worker_id: worker.into(),
-            max: 10,
-            lease: Some(SignedDuration::from_secs(5)),
-            now: Some(now),
-        })
-    };
-    let first = claim("a", plus(t0, 1)).await.unwrap();
+    let first = claim_jobs(&env, "a", 5, plus(t0, 1)).await;
     assert_eq!(first.len(), 1);
     let acks = env
         .store
@@ -713,7 +692,7 @@ async fn a_change_retires_occurrences_waiting_to_retry(env: Env) {
     assert_eq!(change.canceled, 1, "{change:?}");
     assert!(change.in_flight.is_empty(), "{change:?}");
     // Its backoff over, nothing is handed out: the paused schedule's retry does not run.
-    assert!(claim("b", plus(t0, 60)).await.unwrap().is_empty());
+    assert!(claim_jobs(&env, "b", 5, plus(t0, 60)).await.is_empty());
     let detail = env
         .store
         .occurrence_get(OccurrenceGet {
@@ -733,7 +712,7 @@ async fn a_change_retires_occurrences_waiting_to_retry(env: Env) {
         .await
         .unwrap();
     p.tick(Some(plus(t0, 61))).await.unwrap();
-    let again = claim("b", plus(t0, 62)).await.unwrap();
+    let again = claim_jobs(&env, "b", 5, plus(t0, 62)).await;
     assert_eq!(again.len(), 1, "{again:?}");
     assert_eq!(again[0].scheduled_for, t0);
     assert_ne!(again[0].id, first[0].id);

@@ -8,17 +8,7 @@ use crate::both;
 use crate::harness::*;
 
 async fn claim(env: &Env, worker: &str, now: Timestamp) -> Vec<Claimed> {
-    env.store
-        .occurrence_claim(OccurrenceClaim {
-            tenant: env.tenant,
-            queue: "jobs".into(),
-            worker_id: worker.into(),
-            max: 10,
-            lease: Some(SignedDuration::from_secs(600)),
-            now: Some(now),
-        })
-        .await
-        .unwrap()
+    claim_jobs(env, worker, 600, now).await
 }
 
 async fn complete(env: &Env, worker: &str, c: &Claimed, now: Timestamp) {

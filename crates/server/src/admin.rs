@@ -74,15 +74,12 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
 /// The tenant called `name`; 404 if there is none.
 async fn tenant_named(state: &AppState, name: &str) -> Result<campanile_store::Tenant, ApiError> {
     // No tenant can have a name creation refuses (and PostgreSQL cannot even look up one
-    // with NUL).
-    if valid_name(name).is_err() {
-        return Err(ApiError::not_found(format!("tenant {name:?}")));
-    }
-    state
-        .store
-        .tenant_by_name(name)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))
+    // with NUL): not found without asking.
+    let found = match valid_name(name) {
+        Ok(()) => state.store.tenant_by_name(name).await?,
+        Err(_) => None,
+    };
+    found.ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))
 }
 
 /// Create a tenant; answers with its first API key (shown once).

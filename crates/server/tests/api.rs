@@ -98,6 +98,13 @@ impl App {
         (s, v)
     }
 
+    /// Sets tenant a's quotas (`q.tenant` is ignored).
+    async fn quota_of_a(&self, q: campanile_store::TenantQuota) {
+        let a = self.store.tenant_by_name("a").await.unwrap().unwrap();
+        let q = campanile_store::TenantQuota { tenant: a.id, ..q };
+        self.store.tenant_quota_set(q).await.unwrap();
+    }
+
     async fn plan(&self) {
         let mut cfg = PlannerConfig::new("test");
         cfg.shards = ServerConfig::default().shards;
@@ -1511,15 +1518,11 @@ async fn concurrent_first_requests_with_one_idempotency_key_create_one_schedule(
 #[tokio::test]
 async fn trigger_rate_quota_answers_429() {
     let app = app().await;
-    let tenants = app.store.tenant_list().await.unwrap();
-    app.store
-        .tenant_quota_set(campanile_store::TenantQuota {
-            tenant: tenants[0].id,
-            max_triggers_per_sec: Some(1),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    app.quota_of_a(campanile_store::TenantQuota {
+        max_triggers_per_sec: Some(1),
+        ..Default::default()
+    })
+    .await;
     // Every second is 3600 fires an hour: exactly the quota. A second one would double it.
     let (s, v) = app
         .call(
@@ -1763,15 +1766,11 @@ async fn a_node_whose_liveness_mark_lapsed_hands_out_no_work() {
 #[tokio::test]
 async fn a_planned_one_off_is_finished_and_frees_its_quota_slot() {
     let app = app().await;
-    let tenants = app.store.tenant_list().await.unwrap();
-    app.store
-        .tenant_quota_set(campanile_store::TenantQuota {
-            tenant: tenants[0].id,
-            max_active_schedules: Some(1),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    app.quota_of_a(campanile_store::TenantQuota {
+        max_active_schedules: Some(1),
+        ..Default::default()
+    })
+    .await;
     let k = Some(app.a.as_str());
     let (s, v) = app
         .call("POST", "/v1/schedules", k, Some(due_now("q")))

@@ -637,16 +637,17 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
         )
         .await?;
     }
+    let refused: Vec<ScheduleId> = p
+        .items
+        .iter()
+        .map(|i| i.schedule_id)
+        .filter(|id| !applied.contains(&id.0))
+        .collect();
     let mut report = PlanReport {
         applied: applied.len() as u64,
-        stale: (p.items.len() - applied.len()) as u64,
+        stale: refused.len() as u64,
         inserted: 0,
-        refused: p
-            .items
-            .iter()
-            .map(|i| i.schedule_id)
-            .filter(|id| !applied.contains(&id.0))
-            .collect(),
+        refused,
     };
     let mut by_tenant: std::collections::BTreeMap<i64, Vec<NewOccurrence>> =
         std::collections::BTreeMap::new();

@@ -254,15 +254,12 @@ struct Candidate {
 }
 
 impl Candidate {
-    /// The row to claim, its availability as the claim reports it: for an occurrence taken
-    /// over after its lease expired, when it became claimable again (the lease's end), so that
-    /// claim lag does not count the lost run as waiting. Candidates are ordered by the stored
-    /// availability before this.
+    /// The row to claim, its availability as the claim reports it
+    /// ([`fence::claimable_since`]). Candidates are ordered by the stored availability before
+    /// this.
     fn claim_row(self) -> ClaimRow {
         let mut row = self.row;
-        if self.running {
-            row.5 = row.5.max(self.lease_until.unwrap_or(row.5));
-        }
+        row.5 = fence::claimable_since(self.running, row.5, self.lease_until);
         row
     }
 }

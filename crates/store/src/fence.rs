@@ -33,17 +33,24 @@ pub struct FenceView {
     pub backoff_max_ms: i64,
 }
 
+/// When a claim made now finds an occurrence claimable since: for a row still `RUNNING`
+/// (`running`) under an expired lease (taken over), the lease's end; else `available_at`. A
+/// claim stores and reports this as the occurrence's availability, so that claim lag
+/// (`claimed_at − available_at`) does not count a lost run as time spent waiting for a worker.
+#[must_use]
+pub fn claimable_since(running: bool, available_at: i64, lease_until: Option<i64>) -> i64 {
+    match lease_until {
+        Some(until) if running => available_at.max(until),
+        _ => available_at,
+    }
+}
+
 impl FenceView {
-    /// When a claim made now finds it claimable since: for a row still `RUNNING` under an
-    /// expired lease (taken over), the lease's end; else `available_at`. A claim stores and
-    /// reports this as the occurrence's availability, so that claim lag (`claimed_at −
-    /// available_at`) does not count a lost run as time spent waiting for a worker.
+    /// [`claimable_since`] for this row.
     #[must_use]
     pub fn claimable_since(&self) -> i64 {
-        match (self.state, self.lease_until) {
-            (OccurrenceState::Running, Some(until)) => self.available_at.max(until),
-            _ => self.available_at,
-        }
+        let running = self.state == OccurrenceState::Running;
+        claimable_since(running, self.available_at, self.lease_until)
     }
 }
 
