@@ -416,6 +416,39 @@ impl Client {
         Ok(out.results)
     }
 
+    /// Reports many outcomes, each fenced on its own, and in the same request claims up to
+    /// `max` more occurrences of `queue` for the same worker (one round trip instead of two).
+    /// The claim comes back empty when nothing is due or the server could not hand out work
+    /// right now; the outcomes are recorded either way.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::completions`] and [`Client::claim`]: a refused request writes nothing.
+    pub async fn completions_and_claim(
+        &self,
+        worker_id: &str,
+        items: Vec<Value>,
+        queue: &str,
+        max: u32,
+        lease_seconds: u32,
+    ) -> Result<(Vec<Outcome>, Vec<Claimed>), SdkError> {
+        #[derive(Deserialize)]
+        struct Out {
+            results: Vec<Outcome>,
+            #[serde(default)]
+            claimed: Vec<Claimed>,
+        }
+        let body = json!({
+            "worker_id": worker_id,
+            "items": items,
+            "claim": { "queue": queue, "max": max, "lease_seconds": lease_seconds },
+        });
+        let out: Out = self
+            .send(Method::POST, "/v1/completions", Some(body), &[])
+            .await?;
+        Ok((out.results, out.claimed))
+    }
+
     /// Re-readies a dead letter.
     ///
     /// # Errors

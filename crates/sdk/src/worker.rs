@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::client::Claimed;
 use crate::{Client, SdkError};
 
 /// Worker settings.
@@ -158,7 +159,7 @@ impl Worker {
             held.clone(),
             hb_rx,
         ));
-        let mut tasks: JoinSet<Done> = JoinSet::new();
+        let mut tasks: JoinSet<(Done, Vec<Claimed>)> = JoinSet::new();
         let mut report = WorkerReport::default();
         loop {
             if *shutdown.borrow() {
@@ -179,35 +180,7 @@ impl Worker {
                 {
                     Ok(claimed) => {
                         got = claimed.len();
-                        for c in claimed {
-                            let (lost_tx, lost_rx) = watch::channel(false);
-                            let (cancel_tx, cancel_rx) = watch::channel(false);
-                            lock(&held).insert(
-                                c.id,
-                                Held {
-                                    epoch: c.epoch,
-                                    lost: lost_tx,
-                                    cancel: cancel_tx,
-                                },
-                            );
-                            let job = Job {
-                                id: c.id,
-                                schedule_id: c.schedule_id,
-                                scheduled_for: c.scheduled_for,
-                                attempt: c.attempt,
-                                payload: c.payload,
-                                cancel: cancel_rx,
-                            };
-                            tasks.spawn(run_one(
-                                self.client.clone(),
-                                self.cfg.worker_id.clone(),
-                                handler.clone(),
-                                job,
-                                c.epoch,
-                                lost_rx,
-                                held.clone(),
-                            ));
-                        }
+                        self.start(&mut tasks, &handler, &held, claimed, &shutdown);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "claim failed; retrying");
@@ -215,21 +188,27 @@ impl Worker {
                     }
                 }
             }
-            // Collect finished handlers without blocking.
+            // Collect finished handlers without blocking; each may have claimed its successor.
             while let Some(done) = tasks.try_join_next() {
-                tally(&mut report, done);
+                let next = tally(&mut report, done);
+                self.start(&mut tasks, &handler, &held, next, &shutdown);
             }
             if got == 0 || tasks.len() >= self.cfg.concurrency {
                 tokio::select! {
-                    Some(done) = tasks.join_next(), if !tasks.is_empty() => tally(&mut report, done),
+                    Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                        let next = tally(&mut report, done);
+                        self.start(&mut tasks, &handler, &held, next, &shutdown);
+                    }
                     _ = tokio::time::sleep(self.cfg.idle_poll), if tasks.len() < self.cfg.concurrency => {}
                     _ = shutdown.changed() => {}
                 }
             }
         }
-        // Graceful: no more claims; in-flight handlers finish under renewed leases.
+        // Graceful: no more claims; in-flight handlers finish under renewed leases (and what
+        // a handler's report claimed just before the shutdown is run too: it is leased here).
         while let Some(done) = tasks.join_next().await {
-            tally(&mut report, done);
+            let next = tally(&mut report, done);
+            self.start(&mut tasks, &handler, &held, next, &shutdown);
         }
         let _ = hb_stop.send(true);
         let _ = heartbeat.await;
@@ -237,25 +216,86 @@ impl Worker {
     }
 }
 
-fn tally(report: &mut WorkerReport, done: Result<Done, tokio::task::JoinError>) {
-    match done {
-        Ok(Done::Completed) => report.completed += 1,
-        Ok(Done::Failed) => report.failed += 1,
-        Ok(Done::Lost) => report.lost += 1,
-        Ok(Done::Refused) => report.refused += 1,
-        Err(e) => tracing::error!(error = %e, "handler task panicked"),
+impl Worker {
+    /// Runs a handler task for each claimed occurrence, holding its lease for the heartbeat.
+    fn start<F, Fut>(
+        &self,
+        tasks: &mut JoinSet<(Done, Vec<Claimed>)>,
+        handler: &Arc<F>,
+        held: &HeldMap,
+        claimed: Vec<Claimed>,
+        shutdown: &watch::Receiver<bool>,
+    ) where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
+    {
+        for c in claimed {
+            let (lost_tx, lost_rx) = watch::channel(false);
+            let (cancel_tx, cancel_rx) = watch::channel(false);
+            lock(held).insert(
+                c.id,
+                Held {
+                    epoch: c.epoch,
+                    lost: lost_tx,
+                    cancel: cancel_tx,
+                },
+            );
+            let job = Job {
+                id: c.id,
+                schedule_id: c.schedule_id,
+                scheduled_for: c.scheduled_for,
+                attempt: c.attempt,
+                payload: c.payload,
+                cancel: cancel_rx,
+            };
+            tasks.spawn(run_one(
+                self.client.clone(),
+                self.cfg.clone(),
+                handler.clone(),
+                job,
+                c.epoch,
+                lost_rx,
+                held.clone(),
+                shutdown.clone(),
+            ));
+        }
     }
 }
 
+/// Counts a finished handler; returns what its report claimed.
+fn tally(
+    report: &mut WorkerReport,
+    done: Result<(Done, Vec<Claimed>), tokio::task::JoinError>,
+) -> Vec<Claimed> {
+    let (done, next) = match done {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %e, "handler task panicked");
+            return Vec::new();
+        }
+    };
+    match done {
+        Done::Completed => report.completed += 1,
+        Done::Failed => report.failed += 1,
+        Done::Lost => report.lost += 1,
+        Done::Refused => report.refused += 1,
+    }
+    next
+}
+
+/// Runs one handler and reports its outcome. Unless the worker is shutting down, the report
+/// also claims the occurrence that takes this one's place (one request instead of two).
+#[allow(clippy::too_many_arguments)]
 async fn run_one<F, Fut>(
     client: Client,
-    worker: String,
+    cfg: WorkerConfig,
     handler: Arc<F>,
     job: Job,
     epoch: i64,
     mut lost: watch::Receiver<bool>,
     held: HeldMap,
-) -> Done
+    shutdown: watch::Receiver<bool>,
+) -> (Done, Vec<Claimed>)
 where
     F: Fn(Job) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
@@ -266,34 +306,50 @@ where
         _ = lost.wait_for(|l| *l) => None,
     };
     lock(&held).remove(&id);
-    let sent = match outcome {
+    let (item, done) = match outcome {
         None => {
             tracing::warn!(occurrence = %id, "lease lost: handler stopped, no outcome reported");
-            return Done::Lost;
+            return (Done::Lost, Vec::new());
         }
-        Some(Ok(result)) => client
-            .complete(id, &worker, epoch, result)
+        Some(Ok(result)) => (
+            json!({ "occurrence_id": id, "epoch": epoch, "result": result }),
+            Done::Completed,
+        ),
+        Some(Err(e)) => {
+            let (class, message) = match e {
+                JobError::Transient(m) => ("transient", m),
+                JobError::Permanent(m) => ("permanent", m),
+            };
+            (
+                json!({ "occurrence_id": id, "epoch": epoch,
+                        "failure": { "class": class, "message": message } }),
+                Done::Failed,
+            )
+        }
+    };
+    let sent = if *shutdown.borrow() {
+        client
+            .completions(&cfg.worker_id, vec![item])
             .await
-            .map(|_| Done::Completed),
-        Some(Err(JobError::Transient(m))) => client
-            .fail(id, &worker, epoch, "transient", &m)
+            .map(|r| (r, Vec::new()))
+    } else {
+        client
+            .completions_and_claim(&cfg.worker_id, vec![item], &cfg.queue, 1, cfg.lease_seconds)
             .await
-            .map(|_| Done::Failed),
-        Some(Err(JobError::Permanent(m))) => client
-            .fail(id, &worker, epoch, "permanent", &m)
-            .await
-            .map(|_| Done::Failed),
     };
     match sent {
-        Ok(d) => d,
-        Err(e) if e.lease_conflict().is_some() => {
-            tracing::warn!(occurrence = %id, check = e.lease_conflict().unwrap_or(""), "outcome refused: the lease had passed on");
-            Done::Refused
-        }
+        Ok((results, next)) => match results.first() {
+            Some(o) if o.outcome == "accepted" => (done, next),
+            other => {
+                let check = other.and_then(|o| o.check.as_deref()).unwrap_or("");
+                tracing::warn!(occurrence = %id, check, "outcome refused: the lease had passed on");
+                (Done::Refused, next)
+            }
+        },
         Err(e) => {
             // The lease will expire and another worker will run it again (at least once).
             tracing::warn!(occurrence = %id, error = %e, "could not report the outcome");
-            Done::Refused
+            (Done::Refused, Vec::new())
         }
     }
 }

@@ -243,7 +243,7 @@ pub(crate) struct ClaimOut {
 
 /// Claim due occurrences of one of the tenant's queues.
 #[utoipa::path(post, path = "/v1/queues/{queue}/claim", tag = "workers", request_body = ClaimInput, params(("queue" = String, Path)),
-    responses((status = 200, body = ClaimOut), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = ClaimOut), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub(crate) async fn claim(
     State(state): State<AppState>,
     caller: Caller,
@@ -252,6 +252,26 @@ pub(crate) async fn claim(
 ) -> Result<Json<ClaimOut>, ApiError> {
     let b = body.value;
     check_worker(&b.worker_id)?;
+    let claim = checked_claim(caller.tenant, queue, b.worker_id, b.max, b.lease_seconds)?;
+    // A node hands out work only while the others can see it alive: otherwise a node starting
+    // now would take the cluster for down and judge this work by the misfire policy, and after
+    // a database outage the outage check (made by the next planning pass) must come first.
+    if !node_is_live(&state) {
+        return Err(ApiError::node_not_live());
+    }
+    Ok(Json(ClaimOut {
+        occurrences: run_claim(&state, claim).await?,
+    }))
+}
+
+/// A claim's queue, count and lease, checked (the caller checks the worker id).
+fn checked_claim(
+    tenant: TenantId,
+    queue: String,
+    worker_id: String,
+    max: Option<u32>,
+    lease_seconds: Option<i64>,
+) -> Result<OccurrenceClaim, ApiError> {
     if campanile_core::is_reserved_queue(&queue) {
         return Err(ApiError::invalid(format!(
             "queue {queue:?} is reserved: the relay delivers its occurrences, workers cannot \
@@ -272,49 +292,47 @@ pub(crate) async fn claim(
             queue.len()
         )));
     }
-    let max = b.max.unwrap_or(1);
+    let max = max.unwrap_or(1);
     if !(1..=1000).contains(&max) {
         return Err(ApiError::invalid("max must be between 1 and 1000"));
     }
-    let lease = lease_of(b.lease_seconds)?;
-    // A node hands out work only while the others can see it alive: otherwise a node starting
-    // now would take the cluster for down and judge this work by the misfire policy, and after
-    // a database outage the outage check (made by the next planning pass) must come first.
-    if state.planner.as_ref().is_some_and(|p| !p.is_live()) {
-        return Err(ApiError::node_not_live());
-    }
-    let got = state
-        .store
-        .occurrence_claim(OccurrenceClaim {
-            tenant: caller.tenant,
-            queue,
-            worker_id: b.worker_id,
-            max,
-            lease,
-            now: None,
+    Ok(OccurrenceClaim {
+        tenant,
+        queue,
+        worker_id,
+        max,
+        lease: lease_of(lease_seconds)?,
+        now: None,
+    })
+}
+
+fn node_is_live(state: &AppState) -> bool {
+    state.planner.as_ref().is_none_or(|p| p.is_live())
+}
+
+/// Runs a checked claim and counts what it got.
+async fn run_claim(state: &AppState, claim: OccurrenceClaim) -> Result<Vec<ClaimedOut>, ApiError> {
+    let tenant = claim.tenant;
+    let got = state.store.occurrence_claim(claim).await?;
+    Claimed::count(&state.classes.class_of(tenant).await, got.iter());
+    Ok(got
+        .into_iter()
+        .map(|c| ClaimedOut {
+            id: c.id,
+            schedule_id: c.schedule_id,
+            version: c.version,
+            scheduled_for: c.scheduled_for,
+            available_at: c.available_at,
+            claimed_at: c.claimed_at,
+            epoch: c.epoch,
+            lease_until: c.lease_until,
+            attempt: c.attempt,
+            payload: c
+                .payload
+                .as_deref()
+                .and_then(|p| serde_json::from_str(p).ok()),
         })
-        .await?;
-    Claimed::count(&state.classes.class_of(caller.tenant).await, got.iter());
-    Ok(Json(ClaimOut {
-        occurrences: got
-            .into_iter()
-            .map(|c| ClaimedOut {
-                id: c.id,
-                schedule_id: c.schedule_id,
-                version: c.version,
-                scheduled_for: c.scheduled_for,
-                available_at: c.available_at,
-                claimed_at: c.claimed_at,
-                epoch: c.epoch,
-                lease_until: c.lease_until,
-                attempt: c.attempt,
-                payload: c
-                    .payload
-                    .as_deref()
-                    .and_then(|p| serde_json::from_str(p).ok()),
-            })
-            .collect(),
-    }))
+        .collect())
 }
 
 /// A lease length asked for in seconds, checked; `None` when not given (the store then grants
@@ -646,6 +664,23 @@ pub(crate) struct CompletionsInput {
     worker_id: String,
     /// Up to 1000 outcomes, each fenced on its own.
     items: Vec<CompletionItem>,
+    /// Claim more work in the same request, once the outcomes are written: a worker that
+    /// reports and asks for its next occurrences makes one round trip instead of two.
+    claim: Option<ClaimNext>,
+}
+
+/// A claim riding on a batch of outcomes: what `POST /v1/queues/{queue}/claim` takes, plus
+/// the queue.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClaimNext {
+    /// The tenant's queue to claim from.
+    queue: String,
+    /// At most this many (1–1000, default 1).
+    max: Option<u32>,
+    /// Lease length for every occurrence claimed (1–86400); absent, each gets its schedule's
+    /// `lease_seconds` (default 30).
+    lease_seconds: Option<i64>,
 }
 
 /// The answer of a batch.
@@ -653,9 +688,16 @@ pub(crate) struct CompletionsInput {
 pub(crate) struct CompletionsOut {
     /// One per item, in order.
     results: Vec<AckOut>,
+    /// With `claim` in the request: what was claimed after the outcomes were written
+    /// (possibly nothing — also when the claim could not run: this node hands out no work
+    /// right now, or the database failed after the outcomes were written; a plain claim
+    /// answers those with 503).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claimed: Option<Vec<ClaimedOut>>,
 }
 
-/// Many outcomes in one request, each fenced on its own.
+/// Many outcomes in one request, each fenced on its own; with `claim`, then a claim of more
+/// work for the same worker.
 #[utoipa::path(post, path = "/v1/completions", tag = "workers", request_body = CompletionsInput,
     responses((status = 200, body = CompletionsOut), (status = 422, body = ErrorBody)))]
 pub(crate) async fn completions(
@@ -668,6 +710,20 @@ pub(crate) async fn completions(
     if b.items.is_empty() || b.items.len() > 1000 {
         return Err(ApiError::invalid("items must hold 1 to 1000 outcomes"));
     }
+    // The claim is checked before anything is written: a request refused is refused whole.
+    let claim = b
+        .claim
+        .map(|c| {
+            checked_claim(
+                caller.tenant,
+                c.queue,
+                b.worker_id.clone(),
+                c.max,
+                c.lease_seconds,
+            )
+        })
+        .transpose()
+        .map_err(|e| ApiError::invalid(format!("claim: {}", e.message())))?;
     let mut items = Vec::with_capacity(b.items.len());
     for (i, it) in b.items.into_iter().enumerate() {
         let finish = match (it.result, it.failure) {
@@ -701,8 +757,20 @@ pub(crate) async fn completions(
         })
         .await?;
     Ack::count_outcomes(&acks, succeeded);
+    // The outcomes are written whatever the claim does: a claim that cannot run now answers
+    // nothing, as an empty queue would, rather than turn recorded outcomes into an error
+    // that a worker might take for unrecorded.
+    let claimed = match claim {
+        Some(c) if node_is_live(&state) => Some(run_claim(&state, c).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e.message(), "the claim after a batch of outcomes failed");
+            Vec::new()
+        })),
+        Some(_) => Some(Vec::new()),
+        None => None,
+    };
     Ok(Json(CompletionsOut {
         results: acks.iter().map(ack_out).collect(),
+        claimed,
     }))
 }
 

@@ -1759,6 +1759,36 @@ async fn a_node_whose_liveness_mark_lapsed_hands_out_no_work() {
     assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
     planner.tick(None).await.unwrap();
     assert_eq!(claim().await.0, StatusCode::OK);
+
+    // A claim riding on outcomes is held back the same way, while the outcomes are written.
+    let k = Some(key.as_str());
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = app
+        .call("POST", "/v1/schedules", k, Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    planner.tick(None).await.unwrap();
+    let (s, v, _) = claim().await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let held = v["occurrences"][0].clone();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let report = json!({"worker_id": "w",
+        "items": [{"occurrence_id": held["id"], "epoch": held["epoch"], "result": true}],
+        "claim": {"queue": "q"}});
+    let (s, v) = app.call("POST", "/v1/completions", k, Some(report)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["results"][0]["outcome"], "accepted", "{v}");
+    assert_eq!(v["claimed"], json!([]), "the mark lapsed: {v}");
+    planner.tick(None).await.unwrap();
+    let (s, v, _) = claim().await;
+    assert_eq!(
+        (s, v["occurrences"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(1)),
+        "the other one was there to claim: {v}"
+    );
 }
 
 /// A one-off whose instant is planned reads `FINISHED`, is listed under `state=finished`, and
@@ -1921,4 +1951,147 @@ async fn policy_names_in_capitals_and_a_slightly_past_one_off_are_accepted() {
         v["message"].as_str().unwrap().contains("max_lateness"),
         "{v}"
     );
+}
+
+/// `POST /v1/completions` with `claim` reports and claims the next work in one round trip:
+/// the outcomes are written first and answered item by item as without it, the claim then
+/// runs whatever they were, and a claim that is not valid refuses the whole request before
+/// anything is written.
+#[tokio::test]
+async fn outcomes_and_the_next_claim_in_one_request() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    for _ in 0..3 {
+        let (s, v) = app
+            .call("POST", "/v1/schedules", k, Some(due_now("work")))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    app.plan().await;
+    let (s, c) = app
+        .call(
+            "POST",
+            "/v1/queues/work/claim",
+            k,
+            Some(json!({"worker_id": "w1", "lease_seconds": 60})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    let first = c["occurrences"][0].clone();
+    let item = |c: &Value, outcome: Value| {
+        let mut i = json!({"occurrence_id": c["id"], "epoch": c["epoch"]});
+        i.as_object_mut()
+            .unwrap()
+            .extend(outcome.as_object().unwrap().clone());
+        i
+    };
+    let state_of = |c: &Value| {
+        let id = c["id"].as_str().unwrap().to_string();
+        let app = &app;
+        async move {
+            let (_, d) = app
+                .call("GET", &format!("/v1/occurrences/{id}"), k, None)
+                .await;
+            d["state"].as_str().unwrap().to_string()
+        }
+    };
+
+    // A success, and the next occurrence for the same worker.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w1",
+            "items": [item(&first, json!({"result": {"ok": 1}}))],
+            "claim": {"queue": "work", "max": 1, "lease_seconds": 60}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["results"][0]["state"], "SUCCEEDED", "{v}");
+    let second = v["claimed"][0].clone();
+    assert_eq!(v["claimed"].as_array().unwrap().len(), 1, "{v}");
+    assert_ne!(second["id"], first["id"]);
+    assert_eq!(second["payload"], json!({"n": 1}));
+    assert_eq!(state_of(&first).await, "SUCCEEDED");
+    assert_eq!(state_of(&second).await, "RUNNING");
+
+    // A claim that is not valid refuses the request whole: the failure is not written.
+    for (claim, says) in [
+        (json!({"queue": "work", "max": 0}), "max"),
+        (json!({"queue": "", "max": 1}), "empty queue"),
+        (
+            json!({"queue": "work", "lease_seconds": 0}),
+            "lease_seconds",
+        ),
+        (json!({"max": 1}), "queue"),
+    ] {
+        let (s, v) = app
+            .call(
+                "POST",
+                "/v1/completions",
+                k,
+                Some(json!({"worker_id": "w1",
+                "items": [item(&second, json!({"failure": {"class": "transient"}}))],
+                "claim": claim})),
+            )
+            .await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            "{claim}: {v}"
+        );
+        assert!(v["message"].as_str().unwrap().contains(says), "{v}");
+        assert_eq!(state_of(&second).await, "RUNNING", "{claim}");
+    }
+
+    // A failure, with room for five: the last one comes back (the retry is not due yet).
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w1",
+            "items": [item(&second, json!({"failure": {"class": "transient", "message": "503"}}))],
+            "claim": {"queue": "work", "max": 5}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["results"][0]["state"], "RETRY_WAIT", "{v}");
+    let third = v["claimed"][0].clone();
+    assert_eq!(v["claimed"].as_array().unwrap().len(), 1, "{v}");
+    assert!(![&first["id"], &second["id"]].contains(&&third["id"]));
+
+    // A refused item does not stop the claim; an empty queue claims nothing.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w1",
+            "items": [item(&first, json!({"result": true})), item(&third, json!({"result": true}))],
+            "claim": {"queue": "work"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let outcomes: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["conflict", "accepted"]);
+    assert_eq!(v["claimed"], json!([]), "{v}");
+    // Without `claim` the answer has no `claimed`.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w1",
+            "items": [item(&third, json!({"result": true}))]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v.get("claimed").is_none(), "{v}");
 }

@@ -1,8 +1,9 @@
 //! `campanile bench throughput`: claim + complete end to end through the real HTTP API.
 //!
-//! The API runs in this process on a loopback port; `--workers` SDK clients claim batches and
-//! report them (one `complete` per occurrence at batch 1, one `POST /v1/completions` per batch
-//! otherwise) until the queue is empty.
+//! The API runs in this process on a loopback port; `--workers` SDK clients claim a batch, then
+//! report each batch and claim the next in one `POST /v1/completions` until the queue is empty
+//! (with `--separate-claims`, as a worker without that option does: a claim request, then one
+//! `complete` per occurrence at batch 1 or one `POST /v1/completions` per batch).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,9 @@ pub(crate) struct ThroughputArgs {
     /// Concurrent HTTP workers.
     #[arg(long, default_value_t = 8)]
     workers: u32,
+    /// Claim in a request of its own instead of with the previous batch's outcomes.
+    #[arg(long)]
+    separate_claims: bool,
 }
 
 pub(crate) fn run(args: ThroughputArgs) -> Result<(), CliError> {
@@ -85,23 +89,33 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         for w in 0..args.workers {
             let client = Client::new(&url, &key).map_err(|e| CliError::runtime(e.to_string()))?;
             let (done, bar) = (done.clone(), bar.clone());
+            let separate = args.separate_claims;
             tasks.push(tokio::spawn(async move {
                 let worker = format!("http-{w}");
-                loop {
-                    let claimed = client.claim("bench", &worker, batch, 60).await?;
-                    if claimed.is_empty() {
-                        return Ok::<(), campanile_sdk::SdkError>(());
-                    }
-                    let accepted = if batch == 1 {
+                let mut claimed = client.claim("bench", &worker, batch, 60).await?;
+                while !claimed.is_empty() {
+                    let accepted = if separate && batch == 1 {
                         let c = &claimed[0];
-                        client.complete(c.id, &worker, c.epoch, json!(true)).await.map(|_| 1)?
+                        let n = client.complete(c.id, &worker, c.epoch, json!(true)).await.map(|_| 1)?;
+                        claimed = client.claim("bench", &worker, batch, 60).await?;
+                        n
                     } else {
                         let items = claimed.iter().map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true})).collect();
-                        client.completions(&worker, items).await?.iter().filter(|o| o.outcome == "accepted").count() as u64
+                        let results = if separate {
+                            let results = client.completions(&worker, items).await?;
+                            claimed = client.claim("bench", &worker, batch, 60).await?;
+                            results
+                        } else {
+                            let (results, next) = client.completions_and_claim(&worker, items, "bench", batch, 60).await?;
+                            claimed = next;
+                            results
+                        };
+                        results.iter().filter(|o| o.outcome == "accepted").count() as u64
                     };
                     done.fetch_add(accepted, Ordering::Relaxed);
                     bar.inc(accepted);
                 }
+                Ok::<(), campanile_sdk::SdkError>(())
             }));
         }
         for t in tasks {
@@ -123,14 +137,21 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
     server.abort();
     bench_db.finish().await?;
     println!(
-        "campanile bench throughput — {:?} over HTTP, {} occurrences per batch size, {} workers",
-        args.common.backend, args.occurrences, args.workers
+        "campanile bench throughput — {:?} over HTTP, {} occurrences per batch size, {} workers, {}",
+        args.common.backend,
+        args.occurrences,
+        args.workers,
+        if args.separate_claims {
+            "claims separate from outcomes"
+        } else {
+            "each batch's outcomes and the next claim in one request"
+        }
     );
     super::print_rates(&results);
     if args.common.json {
         println!(
             "{}",
-            json!({ "bench": "throughput", "backend": args.common.backend, "occurrences": args.occurrences, "workers": args.workers, "results": results })
+            json!({ "bench": "throughput", "backend": args.common.backend, "occurrences": args.occurrences, "workers": args.workers, "separate_claims": args.separate_claims, "results": results })
         );
     }
     Ok(())

@@ -1,0 +1,183 @@
+//! The worker loop against the real API (in process, on a loopback port, embedded SQLite).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use campanile_planner::{Planner, PlannerConfig};
+use campanile_sdk::{Client, Job, JobError, Worker, WorkerConfig};
+use campanile_server::{AppState, ServerConfig, issue_key, router};
+use campanile_store::{Store, TenantCreate};
+use campanile_store_sqlite::SqliteStore;
+use serde_json::{Value, json};
+
+/// Requests served, by path kind.
+type Counts = Arc<Mutex<HashMap<&'static str, u32>>>;
+
+struct Api {
+    client: Client,
+    store: Arc<dyn Store>,
+    counts: Counts,
+    _dir: tempfile::TempDir,
+}
+
+async fn api() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("w.db")).unwrap());
+    let t = store
+        .tenant_create(TenantCreate {
+            name: "t".into(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let key = issue_key(store.as_ref(), Some(t.id), false).await.unwrap();
+    let cfg = ServerConfig::default();
+    let counts: Counts = Arc::default();
+    let seen = counts.clone();
+    let app = router(AppState::new(store.clone(), &cfg, None), &cfg).layer(middleware::from_fn(
+        move |req: Request, next: Next| {
+            let kind = match req.uri().path() {
+                p if p.ends_with("/claim") => "claim",
+                "/v1/completions" => "completions",
+                p if p.ends_with("/complete") || p.ends_with("/fail") => "one outcome",
+                _ => "other",
+            };
+            *seen.lock().unwrap().entry(kind).or_default() += 1;
+            next.run(req)
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Api {
+        client: Client::new(&url, &key).unwrap(),
+        store,
+        counts,
+        _dir: dir,
+    }
+}
+
+impl Api {
+    /// `n` one-offs due now on queue `q`, planned.
+    async fn due(&self, n: usize) {
+        let at = jiff::Timestamp::now().to_string();
+        for i in 0..n {
+            self.client
+                .create_schedule(
+                    &json!({"queue": "q", "at": at, "payload": {"i": i},
+                            "misfire": {"policy": "fire_once", "max_lateness_seconds": 600}}),
+                    None,
+                )
+                .await
+                .unwrap();
+        }
+        let mut cfg = PlannerConfig::new("test");
+        cfg.shards = ServerConfig::default().shards;
+        Planner::new(self.store.clone(), cfg)
+            .tick(None)
+            .await
+            .unwrap();
+    }
+
+    async fn in_state(&self, state: &str) -> usize {
+        let v = self
+            .client
+            .list_occurrences(&format!("state={state}&limit=1000"))
+            .await
+            .unwrap();
+        v["occurrences"].as_array().unwrap().len()
+    }
+
+    fn count(&self, kind: &str) -> u32 {
+        self.counts.lock().unwrap().get(kind).copied().unwrap_or(0)
+    }
+}
+
+fn config(concurrency: usize) -> WorkerConfig {
+    let mut cfg = WorkerConfig::new("q", "w");
+    cfg.concurrency = concurrency;
+    cfg.batch = 1;
+    cfg.idle_poll = Duration::from_millis(50);
+    cfg
+}
+
+/// Each handler's report claims the occurrence that takes its place, so a worker draining a
+/// backlog makes one request per occurrence, not two: failures too, each recorded as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_report_claims_its_successor() {
+    let api = api().await;
+    api.due(40).await;
+    let worker = Worker::new(api.client.clone(), config(2));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move {
+        worker
+            .run(
+                |job: Job| async move {
+                    match job.payload.as_ref().and_then(|p| p["i"].as_u64()) {
+                        Some(i) if i % 10 == 3 => Err(JobError::Permanent(format!("no {i}"))),
+                        _ => Ok(json!({"ok": true})),
+                    }
+                },
+                stopped,
+            )
+            .await
+    });
+    let drained = async {
+        while api.in_state("SUCCEEDED").await + api.in_state("DEAD").await < 40 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), drained)
+        .await
+        .expect("the worker drains the backlog");
+    let (claims, reports) = (api.count("claim"), api.count("completions"));
+    stop.send(true).unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.completed, report.failed), (36, 4), "{report:?}");
+    assert_eq!(api.in_state("DEAD").await, 4);
+    assert_eq!(reports, 40, "one report per occurrence");
+    assert_eq!(api.count("one outcome"), 0);
+    // Plain claims only to fill the slots at the start and to poll once a report found the
+    // queue empty (each idle poll of two slots is one claim).
+    assert!(
+        claims < 10,
+        "{claims} claims for 40 occurrences: reports did not claim"
+    );
+}
+
+/// A worker shutting down reports without claiming, and runs to the end what a report
+/// claimed just before: nothing it leased is left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_shutting_down_leaves_nothing_running() {
+    let api = api().await;
+    api.due(60).await;
+    let worker = Worker::new(api.client.clone(), config(4));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move {
+        worker
+            .run(
+                |_job: Job| async move {
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    Ok::<Value, JobError>(json!(1))
+                },
+                stopped,
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    stop.send(true).unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert!(report.completed > 0 && report.completed < 60, "{report:?}");
+    assert_eq!(api.in_state("RUNNING").await, 0, "{report:?}");
+    assert_eq!(api.in_state("SUCCEEDED").await as u64, report.completed);
+    assert_eq!(
+        api.in_state("READY").await as u64,
+        60 - report.completed,
+        "the rest are still there to claim"
+    );
+}
