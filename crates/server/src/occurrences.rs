@@ -47,6 +47,7 @@ fn check_worker(worker_id: &str) -> Result<(), ApiError> {
 /// Query of `GET /v1/occurrences`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// Only this schedule.
     schedule_id: Option<String>,

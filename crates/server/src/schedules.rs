@@ -160,6 +160,7 @@ async fn create_now(
 /// Query of `GET /v1/schedules`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// Page size (1–500, default 50).
     limit: Option<u32>,

@@ -608,6 +608,19 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             "{path}: {v}"
         );
     }
+    // A misspelt filter is refused, not ignored: ignored, it would list everything.
+    for (path, name) in [
+        ("/v1/occurrences?stat=DEAD", "stat"),
+        ("/v1/schedules?queu=q", "queu"),
+    ] {
+        let (s, v) = app.call("GET", path, k, None).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::BAD_REQUEST, "invalid_request"),
+            "{path}: {v}"
+        );
+        assert!(v["message"].as_str().unwrap().contains(name), "{path}: {v}");
+    }
     let (s, v) = app
         .call(
             "POST",
