@@ -166,6 +166,7 @@ pub(crate) async fn seed_due(
             shard: 0,
             next_run_at: None,
             fires_per_hour: 0,
+            idempotency: None,
             now: None,
         })
         .await

@@ -284,6 +284,24 @@ impl Schedules {
         spec: ScheduleSpec,
         now: Option<Timestamp>,
     ) -> Result<ScheduleView, PlannerError> {
+        self.create_under_key(tenant, spec, None, now).await
+    }
+
+    /// As [`Schedules::create`], for a request holding an `Idempotency-Key` reservation: the
+    /// create commits only while the reservation is still `idempotency`'s, and records the
+    /// schedule on it in the same transaction.
+    ///
+    /// # Errors
+    ///
+    /// As [`Schedules::create`], and [`StoreError::Superseded`] when a retry took the
+    /// reservation over (nothing written).
+    pub async fn create_under_key(
+        &self,
+        tenant: TenantId,
+        spec: ScheduleSpec,
+        idempotency: Option<IdempotencyToken>,
+        now: Option<Timestamp>,
+    ) -> Result<ScheduleView, PlannerError> {
         let cal = validate(&spec)?;
         let now = now_of(self.store.as_ref(), now).await?;
         let next = first_instant(&spec, &cal, now)?;
@@ -296,6 +314,7 @@ impl Schedules {
                 shard: shard_of(id, self.shards),
                 next_run_at: next,
                 fires_per_hour: fires_per_hour(&cal, now),
+                idempotency,
                 now: Some(now),
             })
             .await?;

@@ -157,6 +157,7 @@ async fn seed(
             shard: 0,
             next_run_at: None,
             fires_per_hour: 0,
+            idempotency: None,
             now: Some(at(0)),
         })
         .await

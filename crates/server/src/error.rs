@@ -191,6 +191,9 @@ impl From<StoreError> for ApiError {
             )
             .with_details(serde_json::json!({ "current_version": current })),
             StoreError::WrongState(m) => ApiError::new(StatusCode::CONFLICT, "wrong_state", m),
+            StoreError::Superseded(m) => {
+                ApiError::new(StatusCode::CONFLICT, "request_in_progress", m)
+            }
             StoreError::AlreadyExists(m) => ApiError::new(StatusCode::CONFLICT, "already_exists", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
             StoreError::QuotaExceeded { quota, message } => {

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use campanile_calendar::{Calendar, DstPolicy};
 use campanile_core::ScheduleId;
 use campanile_planner::schedules::next_fires;
-use campanile_store::{IdempotencyPut, ScheduleChange, ScheduleState};
-use jiff::Timestamp;
+use campanile_store::{IdempotencyPut, IdempotencyToken, ScheduleChange, ScheduleState};
+use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -69,7 +69,7 @@ pub(crate) async fn create(
     let spec = body.value.to_spec(now)?;
     check_route(&state, &spec)?;
     let Some(key) = idem else {
-        let out = create_now(&state, caller, spec, now).await?;
+        let out = create_now(&state, caller, spec, None, now).await?;
         return Ok((StatusCode::CREATED, Json(out)).into_response());
     };
     // Reserve the key before creating, so two concurrent first requests cannot both create.
@@ -80,6 +80,9 @@ pub(crate) async fn create(
     let request_hash = serde_json::from_slice::<serde_json::Value>(&body.raw)
         .map(|v| crate::auth::hash_key(&v.to_string()))
         .unwrap_or_else(|_| raw_hash.clone());
+    // The reservation names this request (`token`): the create commits only while it still
+    // holds it, and records the schedule on it in the same transaction.
+    let token = uuid::Uuid::new_v4().to_string();
     let reserved = state
         .store
         .idempotency_put(IdempotencyPut {
@@ -88,6 +91,8 @@ pub(crate) async fn create(
             request_hash: request_hash.clone(),
             status: 0,
             body: String::new(),
+            token: token.clone(),
+            take_over_after: IDEMPOTENCY_TAKE_OVER,
             now: None,
         })
         .await?;
@@ -111,45 +116,76 @@ pub(crate) async fn create(
             ));
         }
         if prev.status == 0 {
+            // Its create committed, but its request ended before recording the answer (a node
+            // killed, the database lost meanwhile): answer from the schedule, and record that.
+            if let Some(id) = prev.schedule_id {
+                let view = state
+                    .schedules
+                    .get(caller.tenant, id, None)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found(format!("schedule {id}")))?;
+                let out = ScheduleOut::new(&view.record, view.next_fires);
+                let text = serde_json::to_string(&out).unwrap_or_default();
+                state
+                    .store
+                    .idempotency_finish(caller.tenant, &key, &token, Some((201, text)))
+                    .await?;
+                return Ok((StatusCode::CREATED, Json(out)).into_response());
+            }
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "request_in_progress",
-                "a request with this Idempotency-Key is still being processed; retry shortly",
+                format!(
+                    "a request with this Idempotency-Key is still being processed; retry shortly \
+                     (if that request died, a retry takes its place {} s after it began)",
+                    IDEMPOTENCY_TAKE_OVER.as_secs()
+                ),
             ));
         }
         let status = StatusCode::from_u16(prev.status).unwrap_or(StatusCode::OK);
         let value: serde_json::Value = serde_json::from_str(&prev.body).unwrap_or_default();
         return Ok((status, Json(value)).into_response());
     }
-    match create_now(&state, caller, spec, now).await {
+    let held = IdempotencyToken {
+        key: key.clone(),
+        token: token.clone(),
+    };
+    match create_now(&state, caller, spec, Some(held), now).await {
         Ok(out) => {
             let text = serde_json::to_string(&out).unwrap_or_default();
             state
                 .store
-                .idempotency_finish(caller.tenant, &key, Some((201, text)))
+                .idempotency_finish(caller.tenant, &key, &token, Some((201, text)))
                 .await?;
             Ok((StatusCode::CREATED, Json(out)).into_response())
         }
         Err(e) => {
-            // Release the key: the request did nothing, so a retry may try again.
+            // Release the key if the request created nothing (the store keeps a reservation
+            // whose schedule was created), so a retry may try again.
             let _ = state
                 .store
-                .idempotency_finish(caller.tenant, &key, None)
+                .idempotency_finish(caller.tenant, &key, &token, None)
                 .await;
             Err(e)
         }
     }
 }
 
+/// A reservation of an `Idempotency-Key` whose request has neither answered nor created
+/// anything after this long is taken over by a retry of the same request. Safe at any length:
+/// the create of the request that lost it is refused (`StoreError::Superseded`).
+const IDEMPOTENCY_TAKE_OVER: SignedDuration = SignedDuration::from_secs(10);
+
 async fn create_now(
     state: &AppState,
     caller: Caller,
     spec: campanile_store::ScheduleSpec,
+    idempotency: Option<IdempotencyToken>,
     now: Timestamp,
 ) -> Result<ScheduleOut, ApiError> {
     let view = state
         .schedules
-        .create(caller.tenant, spec, Some(now))
+        .create_under_key(caller.tenant, spec, idempotency, Some(now))
         .await?;
     if let Some(p) = &state.planner {
         p.notify();

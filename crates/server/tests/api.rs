@@ -2108,3 +2108,89 @@ async fn outcomes_and_the_next_claim_in_one_request() {
     assert_eq!(s, StatusCode::OK, "{v}");
     assert!(v.get("claimed").is_none(), "{v}");
 }
+
+/// A create whose request died after reserving its `Idempotency-Key` — a node killed, the
+/// database lost mid-request — no longer holds the key for good (a black-box probe saw every
+/// retry answer 409 forever, and one whose schedule had been created could never learn its
+/// id): a retry answers from the schedule if it was created, or takes the key over and
+/// creates once the reservation is old enough, and the dead request's create would be
+/// refused.
+#[tokio::test]
+async fn a_create_that_died_mid_request_does_not_hold_its_idempotency_key() {
+    let app = app().await;
+    let tenant = app.store.tenant_by_name("a").await.unwrap().unwrap().id;
+    let body = json!({"queue": "q", "every": "1h"});
+    let hash = campanile_server::hash_key(&body.to_string());
+    let post = |key: &str| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/schedules")
+            .header("authorization", format!("Bearer {}", app.a))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    // What a request leaves when it dies after reserving, `ago` seconds back.
+    let reserve = |key: &str, ago: i64| {
+        let now = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(ago);
+        campanile_store::IdempotencyPut {
+            tenant,
+            key: key.into(),
+            request_hash: hash.clone(),
+            status: 0,
+            body: String::new(),
+            token: format!("dead-{key}"),
+            take_over_after: jiff::SignedDuration::from_secs(10),
+            now: Some(now),
+        }
+    };
+    let schedules = || async {
+        let (_, list) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
+        list["schedules"].as_array().unwrap().len()
+    };
+
+    // Died a moment ago: still in progress as far as anyone can tell.
+    assert!(
+        app.store
+            .idempotency_put(reserve("young", 1))
+            .await
+            .unwrap()
+    );
+    let (s, v, _) = app.raw(post("young")).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "request_in_progress"));
+    assert!(v["message"].as_str().unwrap().contains("10 s"), "{v}");
+
+    // Died long enough ago without creating: the retry takes over and creates, once.
+    assert!(app.store.idempotency_put(reserve("old", 30)).await.unwrap());
+    let (s, first, _) = app.raw(post("old")).await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    let (s, again, _) = app.raw(post("old")).await;
+    assert_eq!((s, &again["id"]), (StatusCode::CREATED, &first["id"]));
+    assert_eq!(schedules().await, 1);
+
+    // Died after its create committed, before recording the answer: the retry answers with
+    // that schedule, at once, and creates nothing.
+    assert!(app.store.idempotency_put(reserve("made", 1)).await.unwrap());
+    let made = campanile_planner::schedules::Schedules::new(app.store.clone(), 16)
+        .create_under_key(
+            tenant,
+            serde_json::from_value::<campanile_server::dto::ScheduleInput>(body.clone())
+                .unwrap()
+                .to_spec(jiff::Timestamp::now())
+                .unwrap(),
+            Some(campanile_store::IdempotencyToken {
+                key: "made".into(),
+                token: "dead-made".into(),
+            }),
+            None,
+        )
+        .await
+        .unwrap();
+    let (s, v, _) = app.raw(post("made")).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["id"], made.record.id.0.to_string());
+    assert_eq!(schedules().await, 2);
+    let (s, v2, _) = app.raw(post("made")).await;
+    assert_eq!((s, &v2["id"]), (StatusCode::CREATED, &v["id"]));
+}

@@ -530,9 +530,10 @@ impl Store for PgStore {
         &self,
         tenant: TenantId,
         key: &str,
+        token: &str,
         answer: Option<(u16, String)>,
     ) -> Result<(), StoreError> {
-        admin::idempotency_finish(&self.client().await?, tenant, key, answer).await
+        admin::idempotency_finish(&self.client().await?, tenant, key, token, answer).await
     }
 
     async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError> {

@@ -68,6 +68,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "finished_schedules",
         include_str!("../migrations/0013_finished_schedules.sql"),
     ),
+    (
+        14,
+        "idempotency_token",
+        include_str!("../migrations/0014_idempotency_token.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -99,6 +99,18 @@ pub(crate) async fn schedule_create(c: &mut Client, p: ScheduleCreate) -> R<()> 
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
     crate::admin::check_schedule_quota(&tx, p.tenant, 1, i64::from(p.fires_per_hour), None).await?;
+    if let Some(idem) = &p.idempotency {
+        let held = execute(
+            &tx,
+            "UPDATE idempotency_keys SET schedule_id = $4
+              WHERE tenant_id = $1 AND key = $2 AND token = $3 AND status = 0 AND schedule_id IS NULL",
+            &[&p.tenant.0, &idem.key, &idem.token, &p.id.0],
+        )
+        .await?;
+        if held == 0 {
+            return Err(StoreError::superseded());
+        }
+    }
     execute(
         &tx,
         "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at, fires_per_hour)

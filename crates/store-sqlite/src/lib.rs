@@ -436,10 +436,11 @@ impl Store for SqliteStore {
         &self,
         tenant: TenantId,
         key: &str,
+        token: &str,
         answer: Option<(u16, String)>,
     ) -> Result<(), StoreError> {
-        let key = key.to_string();
-        self.write(move |c| admin::idempotency_finish(c, tenant, &key, answer))
+        let (key, token) = (key.to_string(), token.to_string());
+        self.write(move |c| admin::idempotency_finish(c, tenant, &key, &token, answer))
             .await
     }
 

@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "finished_schedules",
         include_str!("../migrations/0011_finished_schedules.sql"),
     ),
+    (
+        12,
+        "idempotency_token",
+        include_str!("../migrations/0012_idempotency_token.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

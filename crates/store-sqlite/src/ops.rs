@@ -50,6 +50,18 @@ pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
 
 pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R<()> {
     crate::admin::check_schedule_quota(c, p.tenant, 1, i64::from(p.fires_per_hour), None)?;
+    if let Some(idem) = &p.idempotency {
+        let held = c
+            .prepare_cached(
+                "UPDATE idempotency_keys SET schedule_id = ?4
+                  WHERE tenant_id = ?1 AND key = ?2 AND token = ?3 AND status = 0 AND schedule_id IS NULL",
+            )
+            .and_then(|mut s| s.execute(params![p.tenant.0, idem.key, idem.token, p.id.0]))
+            .map_err(db_err)?;
+        if held == 0 {
+            return Err(StoreError::superseded());
+        }
+    }
     c.prepare_cached(
         "INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at, fires_per_hour)
          VALUES (?1, ?2, 1, 'ACTIVE', ?3, ?4, ?5, ?5, ?6)",

@@ -121,12 +121,27 @@ pub enum StoreError {
          is judged against its misfire policy when a node starts, and work is handed out again then"
     )]
     NoLiveNode,
+    /// The `Idempotency-Key` reservation a create was made under was taken over by a retry of
+    /// the same request, which creates instead: nothing was written.
+    #[error("{0}")]
+    Superseded(String),
     /// A fenced batch was refused: the caller's shard lease is no longer current.
     #[error("fenced: {0}")]
     Fenced(String),
     /// Any other database error, with context.
     #[error("database error: {0}")]
     Database(String),
+}
+
+impl StoreError {
+    /// The create of a request whose `Idempotency-Key` reservation a retry took over.
+    pub fn superseded() -> StoreError {
+        StoreError::Superseded(
+            "a retry of this request took over its Idempotency-Key and creates the schedule \
+             instead; nothing was written: send the request again to read that retry's answer"
+                .into(),
+        )
+    }
 }
 
 /// A tenant quota that refuses a request (the others pace work instead: running, catch-up).

@@ -184,15 +184,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         key: &str,
     ) -> Result<Option<IdempotentResponse>, StoreError>;
 
-    /// Stores an answer; false if one was stored first (the caller then answers with that one).
+    /// Stores an answer or a reservation (status 0); false if the key is held (the caller
+    /// then answers from [`Store::idempotency_get`]). A reservation of the same request that
+    /// is older than `take_over_after` and has neither an answer nor a schedule is taken over
+    /// (true): the request that made it died, or its create will be refused
+    /// ([`ScheduleCreate::idempotency`]).
     async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError>;
 
-    /// Records the final answer for a reserved key (`Some`), or releases the reservation
-    /// (`None`) when the request failed, so that it can be retried.
+    /// Records the final answer for a reserved key (`Some`; only once), or releases the
+    /// reservation `token` holds (`None`) when its request failed before creating anything,
+    /// so that it can be retried. A reservation whose schedule was created is never released.
     async fn idempotency_finish(
         &self,
         tenant: TenantId,
         key: &str,
+        token: &str,
         answer: Option<(u16, String)>,
     ) -> Result<(), StoreError>;
 

@@ -29,8 +29,21 @@ pub struct ScheduleCreate {
     pub next_run_at: Option<Timestamp>,
     /// How many times the definition fires in an hour (for the trigger-rate quota).
     pub fires_per_hour: u32,
+    /// The `Idempotency-Key` reservation this create answers: the create commits only while
+    /// the reservation is still this request's, and records the schedule on it in the same
+    /// transaction ([`crate::Store::idempotency_put`]).
+    pub idempotency: Option<IdempotencyToken>,
     /// Creation instant (`None`: the store's clock).
     pub now: Option<Timestamp>,
+}
+
+/// A request's hold on an `Idempotency-Key` ([`crate::Store::idempotency_put`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyToken {
+    /// The client's key.
+    pub key: String,
+    /// The reserving request's own token.
+    pub token: String,
 }
 
 /// One occurrence to insert.
@@ -504,10 +517,16 @@ pub struct IdempotencyPut {
     pub key: String,
     /// Hash of the request it answered.
     pub request_hash: Vec<u8>,
-    /// The response status.
+    /// The response status (0: a reservation, answered later).
     pub status: u16,
     /// The response body.
     pub body: String,
+    /// The reserving request's own token ([`IdempotencyToken`]).
+    pub token: String,
+    /// A reservation of the same request that has neither an answer nor a schedule and was
+    /// made at least this long ago is taken over (its request died, or still runs and will
+    /// find its create refused).
+    pub take_over_after: SignedDuration,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }

@@ -722,10 +722,13 @@ pub struct ApiKeyRecord {
 pub struct IdempotentResponse {
     /// Hash of the request it answered; a different request with the same key is a conflict.
     pub request_hash: Vec<u8>,
-    /// Status.
+    /// Status (0: reserved, not answered yet).
     pub status: u16,
     /// Body.
     pub body: String,
+    /// The schedule the reserved request created, once its create committed (the answer may
+    /// still be missing: its request ended before recording it).
+    pub schedule_id: Option<ScheduleId>,
 }
 
 /// An externally targeted occurrence claimed by the relay from the outbox.

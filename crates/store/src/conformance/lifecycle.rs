@@ -643,6 +643,7 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
                 shard: 0,
                 next_run_at: None,
                 fires_per_hour: 0,
+                idempotency: None,
                 now: Some(secs(3)),
             })
             .await
@@ -673,6 +674,7 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
             shard: 0,
             next_run_at: None,
             fires_per_hour: fires,
+            idempotency: None,
             now: Some(secs(3)),
         };
         s.schedule_create(create(3000)).await.unwrap();
@@ -1117,6 +1119,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                 shard: 0,
                 next_run_at: None,
                 fires_per_hour: 0,
+                idempotency: None,
                 now: Some(at(0)),
             })
             .await
@@ -1222,5 +1225,106 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                 "{n:?}"
             );
         }
+    });
+}
+
+/// An `Idempotency-Key` reservation names the request holding it. A retry of the same request
+/// takes over a reservation that has neither an answer nor a schedule once it is old enough
+/// (its request died: a node killed, the database lost mid-request — such keys used to answer
+/// 409 for good); the create of the request that lost it is refused and writes nothing; a
+/// create records its schedule on the reservation in its own transaction, so a reservation
+/// whose schedule exists is never taken over nor released, and the answer is recorded once.
+pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
+    rt: &Runtime,
+    h: Harness,
+) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "idem", "q").await;
+        let wait = SignedDuration::from_secs(10);
+        let put = |token: &str, hash: &[u8], now: Timestamp| IdempotencyPut {
+            tenant: f.tenant,
+            key: "k1".into(),
+            request_hash: hash.to_vec(),
+            status: 0,
+            body: String::new(),
+            token: token.into(),
+            take_over_after: wait,
+            now: Some(now),
+        };
+        let create = |token: &str| ScheduleCreate {
+            tenant: f.tenant,
+            id: ScheduleId(Uuid::now_v7()),
+            spec: spec("q"),
+            shard: 0,
+            next_run_at: None,
+            fires_per_hour: 0,
+            idempotency: Some(IdempotencyToken {
+                key: "k1".into(),
+                token: token.into(),
+            }),
+            now: Some(secs(20)),
+        };
+        let get = || async { s.idempotency_get(f.tenant, "k1").await.unwrap().unwrap() };
+
+        assert!(s.idempotency_put(put("A", b"h", secs(1))).await.unwrap());
+        // Held: by a younger reservation, and for good by a request that is not the same.
+        assert!(!s.idempotency_put(put("B", b"h", secs(10))).await.unwrap());
+        assert!(
+            !s.idempotency_put(put("B", b"other", secs(60)))
+                .await
+                .unwrap()
+        );
+        // A's request died (or stalls): after the wait, its retry takes over.
+        assert!(s.idempotency_put(put("B", b"h", secs(11))).await.unwrap());
+        let lost = create("A");
+        let err = s.schedule_create(lost.clone()).await.unwrap_err();
+        assert!(matches!(err, StoreError::Superseded(_)), "{err}");
+        let gone = s
+            .schedule_get(ScheduleGet {
+                tenant: f.tenant,
+                id: lost.id,
+            })
+            .await
+            .unwrap();
+        assert!(gone.is_none(), "a refused create writes nothing");
+        // A's release does not release B's reservation.
+        s.idempotency_finish(f.tenant, "k1", "A", None)
+            .await
+            .unwrap();
+        assert_eq!(get().await.status, 0);
+
+        let made = create("B");
+        s.schedule_create(made.clone()).await.unwrap();
+        assert_eq!(get().await.schedule_id, Some(made.id));
+        // Its request dies before answering: the reservation is neither taken over nor
+        // released, whatever its age; the schedule on it is the answer.
+        assert!(!s.idempotency_put(put("C", b"h", secs(600))).await.unwrap());
+        s.idempotency_finish(f.tenant, "k1", "B", None)
+            .await
+            .unwrap();
+        let held = get().await;
+        assert_eq!((held.status, held.schedule_id), (0, Some(made.id)));
+        // The answer is recorded once.
+        s.idempotency_finish(f.tenant, "k1", "C", Some((201, "first".into())))
+            .await
+            .unwrap();
+        s.idempotency_finish(f.tenant, "k1", "B", Some((201, "second".into())))
+            .await
+            .unwrap();
+        let answered = get().await;
+        assert_eq!((answered.status, answered.body.as_str()), (201, "first"));
+        assert!(!s.idempotency_put(put("D", b"h", secs(900))).await.unwrap());
+
+        // A reservation released by its failed request is free at once.
+        let other = |token: &str, now| IdempotencyPut {
+            key: "k2".into(),
+            ..put(token, b"h", now)
+        };
+        assert!(s.idempotency_put(other("E", secs(1))).await.unwrap());
+        s.idempotency_finish(f.tenant, "k2", "E", None)
+            .await
+            .unwrap();
+        assert!(s.idempotency_put(other("F", secs(2))).await.unwrap());
     });
 }

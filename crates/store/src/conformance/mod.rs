@@ -57,7 +57,8 @@ macro_rules! conformance_tests {
             claims_and_renewals_without_a_lease_grant_each_occurrences_own,
             resume_judges_what_came_due_while_no_node_was_alive,
             claims_wait_for_the_first_node_back_after_an_outage, tenant_classes_are_bounded,
-            racing_claimers_keep_overlap_policies);
+            racing_claimers_keep_overlap_policies,
+            idempotency_reservations_are_taken_over_only_when_nothing_was_created);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
@@ -125,6 +126,7 @@ pub(crate) async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixtu
             shard: 0,
             next_run_at: None,
             fires_per_hour: 0,
+            idempotency: None,
             now: Some(at(0)),
         })
         .await
