@@ -153,6 +153,10 @@ async fn backlog_gauges(store: Arc<dyn Store>, mut stop: watch::Receiver<bool>) 
                 });
                 metrics::gauge!("campanile_due_backlog_oldest_age_seconds").set(age);
                 metrics::gauge!("campanile_outbox_backlog").set(b.outbox_pending as f64);
+                // The backlog gauges keep their last value while sampling fails (a database
+                // outage); this says how old they are.
+                metrics::gauge!("campanile_backlog_sampled_timestamp_seconds")
+                    .set(now.as_millisecond() as f64 / 1000.0);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "sampling the backlog failed; retrying");

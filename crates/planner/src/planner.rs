@@ -134,6 +134,14 @@ impl Planner {
     /// [`PlannerError::Store`] if the store fails (a lost shard is not an error: its batch is
     /// counted in [`TickReport::fenced`]).
     pub async fn tick(&self, now: Option<Timestamp>) -> Result<TickReport, PlannerError> {
+        let pass = self.pass(now).await;
+        if pass.is_err() {
+            self.forget_lapsed_shards();
+        }
+        pass
+    }
+
+    async fn pass(&self, now: Option<Timestamp>) -> Result<TickReport, PlannerError> {
         let live = now.is_none();
         let now = match now {
             Some(t) => t,
@@ -267,6 +275,17 @@ impl Planner {
         let lease = self.lease();
         *self.live_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(started + lease);
         Ok((acquired.leases, r))
+    }
+
+    /// After a failed pass: once the leases taken at the last renewal have run out (the
+    /// liveness mark lapses with them), the node holds nothing, and says so — during a
+    /// database outage the shards gauge would otherwise keep its last value, and the alert on
+    /// a cluster holding no shards could never fire.
+    fn forget_lapsed_shards(&self) {
+        if !self.is_live() {
+            self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            metrics::gauge!("campanile_planner_shards_held").set(0.0);
+        }
     }
 
     /// Commits an in-flight batch (if any) and puts its shard back in the rotation unless it

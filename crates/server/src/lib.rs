@@ -375,6 +375,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "How long the longest-waiting due occurrence has been available (sampled every 10 s).",
     ),
     (
+        "campanile_backlog_sampled_timestamp_seconds",
+        "When the backlog gauges were last sampled (Unix seconds): they keep their last value while sampling fails, e.g. in a database outage.",
+    ),
+    (
         "campanile_outbox_backlog",
         "Outbox rows due for the relay and not yet delivered or settled (sampled every 10 s).",
     ),

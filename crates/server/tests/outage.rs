@@ -146,7 +146,14 @@ async fn database_outage_is_a_503_and_recovery_is_automatic() {
         .await
         .unwrap();
     let cfg = ServerConfig::default();
-    let app = router(AppState::new(store, &cfg, None), &cfg);
+    let mut pcfg = campanile_planner::PlannerConfig::new("outage-test");
+    pcfg.shards = cfg.shards;
+    pcfg.shard_lease = jiff::SignedDuration::from_millis(400);
+    let planner = Arc::new(campanile_planner::Planner::new(store.clone(), pcfg));
+    planner.tick(None).await.unwrap();
+    let held = planner.shards_held().len();
+    assert!(held > 0, "the planner holds its shards");
+    let app = router(AppState::new(store, &cfg, Some(planner.clone())), &cfg);
 
     assert_eq!(status(&app, "GET", "/readyz", &key).await.0, StatusCode::OK);
     assert_eq!(
@@ -165,6 +172,16 @@ async fn database_outage_is_a_503_and_recovery_is_automatic() {
         );
         assert_eq!(v["code"], "unavailable");
     }
+    // A planner that cannot renew holds nothing once its leases run out, and says so (the
+    // shards gauge kept its last value through an outage: found by a black-box probe).
+    assert!(planner.tick(None).await.is_err());
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(planner.tick(None).await.is_err());
+    assert!(
+        planner.shards_held().is_empty(),
+        "{:?}",
+        planner.shards_held()
+    );
 
     proxy.restore();
     let mut ok = false;
@@ -176,6 +193,20 @@ async fn database_outage_is_a_503_and_recovery_is_automatic() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(ok, "the API recovers by itself once the database is back");
+    let mut back = false;
+    for _ in 0..50 {
+        if planner.tick(None).await.is_ok() {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(back, "the planner renews once the database is back");
+    assert_eq!(
+        planner.shards_held().len(),
+        held,
+        "and holds its shards again"
+    );
     assert_eq!(status(&app, "GET", "/readyz", &key).await.0, StatusCode::OK);
     pg.drop_schema().await.unwrap();
 }
