@@ -315,9 +315,13 @@ fn node_is_live(state: &AppState) -> bool {
 async fn run_claim(state: &AppState, claim: OccurrenceClaim) -> Result<Vec<ClaimedOut>, ApiError> {
     let tenant = claim.tenant;
     let got = state.store.occurrence_claim(claim).await?;
+    Ok(claimed_out(state, tenant, got).await)
+}
+
+/// Counts what a claim got, and answers it.
+async fn claimed_out(state: &AppState, tenant: TenantId, got: Vec<Claimed>) -> Vec<ClaimedOut> {
     Claimed::count(&state.classes.class_of(tenant).await, got.iter());
-    Ok(got
-        .into_iter()
+    got.into_iter()
         .map(|c| ClaimedOut {
             id: c.id,
             schedule_id: c.schedule_id,
@@ -333,7 +337,7 @@ async fn run_claim(state: &AppState, claim: OccurrenceClaim) -> Result<Vec<Claim
                 .as_deref()
                 .and_then(|p| serde_json::from_str(p).ok()),
         })
-        .collect())
+        .collect()
 }
 
 /// A lease length asked for in seconds, checked; `None` when not given (the store then grants
@@ -748,25 +752,32 @@ pub(crate) async fn completions(
         });
     }
     let succeeded: Vec<bool> = items.iter().map(|i| i.finish.succeeded()).collect();
-    let acks = state
-        .store
-        .occurrence_finish_many(OccurrenceFinishMany {
-            tenant: caller.tenant,
-            worker_id: b.worker_id,
-            items,
-            now: None,
-        })
-        .await?;
-    Ack::count_outcomes(&acks, succeeded);
+    let finish = OccurrenceFinishMany {
+        tenant: caller.tenant,
+        worker_id: b.worker_id,
+        items,
+        now: None,
+    };
     // The outcomes are written whatever the claim does: a claim that cannot run now answers
     // nothing, as an empty queue would, rather than turn recorded outcomes into an error
     // that a worker might take for unrecorded.
-    let claimed = match claim {
-        Some(c) if node_is_live(&state) => Some(run_claim(&state, c).await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e.message(), "the claim after a batch of outcomes failed");
-            Vec::new()
-        })),
-        Some(_) => Some(Vec::new()),
+    let (acks, got) = match claim {
+        Some(c) if node_is_live(&state) => {
+            let (acks, got) = state.store.occurrence_finish_and_claim(finish, c).await?;
+            let got = got.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the claim after a batch of outcomes failed");
+                Vec::new()
+            });
+            (acks, Some(got))
+        }
+        claim => (
+            state.store.occurrence_finish_many(finish).await?,
+            claim.map(|_| Vec::new()),
+        ),
+    };
+    Ack::count_outcomes(&acks, succeeded);
+    let claimed = match got {
+        Some(got) => Some(claimed_out(&state, caller.tenant, got).await),
         None => None,
     };
     Ok(Json(CompletionsOut {

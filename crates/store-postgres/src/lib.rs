@@ -33,6 +33,8 @@ pub struct PgStore {
     claims: Arc<coalesce::Coalescer<ops::ClaimBatch>>,
     /// Concurrent batches of successes of one tenant share a statement.
     successes: Arc<coalesce::Coalescer<ops::SuccessBatch>>,
+    /// Concurrent reports that claim more work share a transaction.
+    finish_claims: Arc<coalesce::Coalescer<ops::FinishClaimBatch>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -201,6 +203,7 @@ impl PgStore {
         let store = PgStore {
             claims: coalesce::Coalescer::new(ops::ClaimBatch { pool: pool.clone() }),
             successes: coalesce::Coalescer::new(ops::SuccessBatch { pool: pool.clone() }),
+            finish_claims: coalesce::Coalescer::new(ops::FinishClaimBatch { pool: pool.clone() }),
             pool,
             schema: opts.schema.map(Arc::from),
         };
@@ -396,6 +399,38 @@ impl Store for PgStore {
             return self.successes.call(key, p).await;
         }
         ops::occurrence_finish_many(&mut self.client().await?, p).await
+    }
+
+    async fn occurrence_finish_and_claim(
+        &self,
+        finish: OccurrenceFinishMany,
+        claim: OccurrenceClaim,
+    ) -> Result<(Vec<Ack>, Result<Vec<Claimed>, StoreError>), StoreError> {
+        // Reports of successes with a plain claim of the same tenant share one transaction;
+        // anything else (failures, a lease the store must refuse) goes the separate ways.
+        let shareable = ops::only_successes(&finish)
+            && finish.tenant == claim.tenant
+            && finish.now == claim.now
+            && claim.max > 0
+            && claim.lease.is_none_or(|l| l > jiff::SignedDuration::ZERO);
+        if !shareable {
+            let acks = self.occurrence_finish_many(finish).await?;
+            return Ok((acks, self.occurrence_claim(claim).await));
+        }
+        let key = (
+            claim.tenant.0,
+            claim.queue.clone(),
+            claim.now.map(|t| t.as_millisecond()),
+        );
+        let (acks, first) = self
+            .finish_claims
+            .call(key, (finish, claim.clone()))
+            .await?;
+        let claimed = match first {
+            Ok(first) => ops::claim_rest(&self.pool, claim, first).await,
+            Err(e) => Err(e),
+        };
+        Ok((acks, claimed))
     }
 
     async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError> {

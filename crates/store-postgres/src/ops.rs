@@ -566,7 +566,7 @@ pub(crate) struct WorkerClaim {
 
 /// Runs [`WORKER_CLAIM`] for claimers of one queue (one tenant, queue and instant; at least
 /// one): one answer each, in order.
-async fn worker_claims(c: &Client, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClaim>> {
+async fn worker_claims<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClaim>> {
     let Some(p) = reqs.first() else {
         return Ok(Vec::new());
     };
@@ -1122,10 +1122,70 @@ impl Batch for SuccessBatch {
     }
 }
 
+/// Reports of successes that each carry a claim of the same worker (one tenant and queue),
+/// sharing one transaction: the success statement, then the claim statement — one commit
+/// where separate requests take two ([`crate::coalesce`]).
+pub(crate) struct FinishClaimBatch {
+    pub(crate) pool: Pool,
+}
+
+impl Batch for FinishClaimBatch {
+    type Key = (i64, String, Option<i64>);
+    type Req = (OccurrenceFinishMany, OccurrenceClaim);
+    type Resp = (Vec<Ack>, Result<WorkerClaim, StoreError>);
+    /// The occurrences named so far, and the occurrences asked for.
+    type Load = (std::collections::HashSet<OccurrenceId>, u64);
+    const SKIP_ABANDONED: bool = false;
+
+    fn admit(load: &mut Self::Load, req: &Self::Req, first: bool) -> bool {
+        let (finish, claim) = req;
+        let fits = first
+            || (load.0.len() + finish.items.len() <= SHARED_SUCCESSES
+                && load.1 + u64::from(claim.max) <= SHARED_CLAIM_ROWS
+                && finish
+                    .items
+                    .iter()
+                    .all(|i| !load.0.contains(&i.lease.occurrence_id)));
+        if fits {
+            load.0
+                .extend(finish.items.iter().map(|i| i.lease.occurrence_id));
+            load.1 += u64::from(claim.max);
+        }
+        fits
+    }
+
+    fn weight(req: &Self::Req) -> usize {
+        req.0.items.len() + req.1.max as usize
+    }
+
+    async fn run(&self, reqs: Vec<Self::Req>) -> R<Vec<Self::Resp>> {
+        let mut c = self.pool.get().await.map_err(pool_err)?;
+        let tx = c.transaction().await.map_err(pg_err)?;
+        let (finishes, claims): (Vec<_>, Vec<_>) = reqs.into_iter().unzip();
+        let acks = finish_successes(&tx, &finishes).await?;
+        match worker_claims(&tx, &claims).await {
+            Ok(got) => {
+                tx.commit().await.map_err(pg_err)?;
+                Ok(acks.into_iter().zip(got.into_iter().map(Ok)).collect())
+            }
+            Err(e) => {
+                // A failed claim aborts the transaction: the outcomes are written again on
+                // their own, and the claim's error is each request's claim answer.
+                drop(tx);
+                let acks = finish_successes(&c, &finishes).await?;
+                Ok(acks.into_iter().map(|a| (a, Err(e.clone()))).collect())
+            }
+        }
+    }
+}
+
 /// Batches of successes of one tenant, for distinct occurrences, in one statement and one
 /// round trip ([`FINISH_SUCCESSES`]); the shared fence still explains every refusal, from the
 /// row as it was locked. One answer per batch, in order.
-async fn finish_successes(c: &Client, reqs: &[OccurrenceFinishMany]) -> R<Vec<Vec<Ack>>> {
+async fn finish_successes<C: GenericClient>(
+    c: &C,
+    reqs: &[OccurrenceFinishMany],
+) -> R<Vec<Vec<Ack>>> {
     let Some(p) = reqs.first() else {
         return Ok(Vec::new());
     };

@@ -63,6 +63,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn occurrence_finish_many(&self, p: OccurrenceFinishMany)
     -> Result<Vec<Ack>, StoreError>;
 
+    /// [`Store::occurrence_finish_many`], then [`Store::occurrence_claim`] for the same
+    /// worker: what a worker reporting its outcomes and asking for more work in one request
+    /// needs. The outcomes are decided and written first; the claim's own result comes back
+    /// beside them (an error of the claim does not undo or hide the outcomes). A backend may
+    /// run both in fewer round trips; the default runs one after the other.
+    async fn occurrence_finish_and_claim(
+        &self,
+        finish: OccurrenceFinishMany,
+        claim: OccurrenceClaim,
+    ) -> Result<(Vec<Ack>, Result<Vec<Claimed>, StoreError>), StoreError> {
+        let acks = self.occurrence_finish_many(finish).await?;
+        Ok((acks, self.occurrence_claim(claim).await))
+    }
+
     /// Requests cancellation: a pending occurrence becomes `CANCELED`; a running one gets the
     /// cancel flag, which its worker sees on renew.
     async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError>;

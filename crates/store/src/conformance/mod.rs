@@ -58,7 +58,8 @@ macro_rules! conformance_tests {
             resume_judges_what_came_due_while_no_node_was_alive,
             claims_wait_for_the_first_node_back_after_an_outage, tenant_classes_are_bounded,
             racing_claimers_keep_overlap_policies,
-            idempotency_reservations_are_taken_over_only_when_nothing_was_created);
+            idempotency_reservations_are_taken_over_only_when_nothing_was_created,
+            reports_that_claim_more_work_run_each_occurrence_once);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

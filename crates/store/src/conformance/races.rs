@@ -585,3 +585,172 @@ pub fn renewals_and_reports_of_the_same_leases_never_deadlock(rt: &Runtime, h: H
         }
     });
 }
+
+/// Reports that claim the worker's next work in the same call (what `POST /v1/completions`
+/// with `claim` does): the outcomes are decided as on their own — a stale item is refused, a
+/// failure retries — and the claim after them hands out only what no one holds. Eight
+/// workers each reporting one and claiming one drain a queue with every occurrence claimed
+/// once and completed once.
+pub fn reports_that_claim_more_work_run_each_occurrence_once(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let store = h.store.clone();
+        let f = Arc::new(fixture(store.as_ref(), "drain", "q").await);
+        let now = secs(10);
+        let total = 240;
+        insert(
+            store.as_ref(),
+            &f,
+            (0..total).map(|i| new_occ(&f, "q", at(i), 3)).collect(),
+        )
+        .await;
+        let tenant = f.tenant;
+        let report = move |worker: &str, items: Vec<FinishItem>, max: u32| {
+            (
+                OccurrenceFinishMany {
+                    tenant,
+                    worker_id: worker.into(),
+                    items,
+                    now: Some(now),
+                },
+                OccurrenceClaim {
+                    tenant,
+                    queue: "q".into(),
+                    worker_id: worker.into(),
+                    max,
+                    lease: Some(SignedDuration::from_secs(60)),
+                    now: Some(now),
+                },
+            )
+        };
+        let item = |c: &Claimed, epoch: i64, finish: Finish| FinishItem {
+            lease: LeaseRef {
+                occurrence_id: c.id,
+                epoch,
+            },
+            finish,
+        };
+
+        // One worker: a success and a stale report, then three more claimed.
+        let held = claim(store.as_ref(), &f, "q", "w0", 2, 60, now).await;
+        let (fin, cl) = report(
+            "w0",
+            vec![
+                item(&held[0], held[0].epoch, ok("done")),
+                item(&held[1], held[1].epoch + 5, ok("late")),
+            ],
+            3,
+        );
+        let (acks, next) = store.occurrence_finish_and_claim(fin, cl).await.unwrap();
+        assert_eq!(acks[0].conflict, None);
+        assert_eq!(acks[0].state, Some(OccurrenceState::Succeeded));
+        assert!(
+            matches!(acks[1].conflict, Some(Conflict::StaleEpoch { .. })),
+            "{:?}",
+            acks[1]
+        );
+        let next = next.unwrap();
+        assert_eq!(next.len(), 3);
+        assert!(
+            next.iter()
+                .all(|c| c.id != held[0].id && c.id != held[1].id)
+        );
+        // A failure with its claim: retried later, and more work handed out now.
+        let (fin, cl) = report(
+            "w0",
+            vec![item(
+                &next[0],
+                next[0].epoch,
+                Finish::Failed {
+                    class: ErrorClass::Transient,
+                    message: "again".into(),
+                },
+            )],
+            1,
+        );
+        let (acks, more) = store.occurrence_finish_and_claim(fin, cl).await.unwrap();
+        assert_eq!(acks[0].state, Some(OccurrenceState::RetryWait));
+        assert_eq!(more.unwrap().len(), 1);
+        // Tidy what w0 holds (held[1], next[1..], the one just claimed) by finishing it.
+        let listed = store
+            .occurrence_list(OccurrenceList {
+                tenant: f.tenant,
+                schedule_id: None,
+                state: Some(OccurrenceState::Running),
+                from: None,
+                to: None,
+                after: None,
+                limit: 1000,
+                now: Some(now),
+            })
+            .await
+            .unwrap();
+        let mut done_by_w0 = 1;
+        for o in &listed {
+            let a = finish(store.as_ref(), &f, "w0", o.id, o.epoch, ok("tidy"), now).await;
+            assert_eq!(a.conflict, None);
+            done_by_w0 += 1;
+        }
+
+        // Eight workers racing: each reports its one and claims the next until none is left.
+        let claims: Arc<Mutex<HashMap<OccurrenceId, u32>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for w in 0..8 {
+            let (store, claims) = (store.clone(), claims.clone());
+            let worker = format!("racer-{w}");
+            tasks.push(tokio::spawn(async move {
+                let mut accepted = 0u32;
+                let mut mine = store
+                    .occurrence_claim(report(&worker, Vec::new(), 1).1)
+                    .await
+                    .unwrap();
+                while let Some(c) = mine.first().cloned() {
+                    *claims.lock().unwrap().entry(c.id).or_default() += 1;
+                    let (fin, cl) = report(
+                        &worker,
+                        vec![FinishItem {
+                            lease: LeaseRef {
+                                occurrence_id: c.id,
+                                epoch: c.epoch,
+                            },
+                            finish: ok("raced"),
+                        }],
+                        1,
+                    );
+                    let (acks, next) = store.occurrence_finish_and_claim(fin, cl).await.unwrap();
+                    assert_eq!(acks[0].conflict, None, "{:?}", acks[0]);
+                    accepted += 1;
+                    mine = next.unwrap();
+                }
+                accepted
+            }));
+        }
+        let mut accepted = 0;
+        for t in tasks {
+            accepted += t.await.unwrap();
+        }
+        let twice: Vec<OccurrenceId> = claims
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, n)| **n != 1)
+            .map(|(id, _)| *id)
+            .collect();
+        assert!(twice.is_empty(), "claimed twice: {twice:?}");
+        // Everything but the one waiting to retry was completed, once.
+        assert_eq!(accepted + done_by_w0, total as u32 - 1);
+        let succeeded = store
+            .occurrence_list(OccurrenceList {
+                tenant: f.tenant,
+                schedule_id: None,
+                state: Some(OccurrenceState::Succeeded),
+                from: None,
+                to: None,
+                after: None,
+                limit: 1000,
+                now: Some(now),
+            })
+            .await
+            .unwrap();
+        assert_eq!(succeeded.len(), total as usize - 1);
+    });
+}
