@@ -671,19 +671,20 @@ pub fn reports_that_claim_more_work_run_each_occurrence_once(rt: &Runtime, h: Ha
         assert_eq!(acks[0].state, Some(OccurrenceState::RetryWait));
         assert_eq!(more.unwrap().len(), 1);
         // Tidy what w0 holds (held[1], next[1..], the one just claimed) by finishing it.
-        let listed = store
-            .occurrence_list(OccurrenceList {
+        let in_state = async |state| {
+            let list = OccurrenceList {
                 tenant: f.tenant,
                 schedule_id: None,
-                state: Some(OccurrenceState::Running),
+                state: Some(state),
                 from: None,
                 to: None,
                 after: None,
                 limit: 1000,
                 now: Some(now),
-            })
-            .await
-            .unwrap();
+            };
+            store.occurrence_list(list).await.unwrap()
+        };
+        let listed = in_state(OccurrenceState::Running).await;
         let mut done_by_w0 = 1;
         for o in &listed {
             let a = finish(store.as_ref(), &f, "w0", o.id, o.epoch, ok("tidy"), now).await;
@@ -738,19 +739,7 @@ pub fn reports_that_claim_more_work_run_each_occurrence_once(rt: &Runtime, h: Ha
         assert!(twice.is_empty(), "claimed twice: {twice:?}");
         // Everything but the one waiting to retry was completed, once.
         assert_eq!(accepted + done_by_w0, total as u32 - 1);
-        let succeeded = store
-            .occurrence_list(OccurrenceList {
-                tenant: f.tenant,
-                schedule_id: None,
-                state: Some(OccurrenceState::Succeeded),
-                from: None,
-                to: None,
-                after: None,
-                limit: 1000,
-                now: Some(now),
-            })
-            .await
-            .unwrap();
+        let succeeded = in_state(OccurrenceState::Succeeded).await;
         assert_eq!(succeeded.len(), total as usize - 1);
     });
 }
