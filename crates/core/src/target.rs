@@ -98,7 +98,9 @@ fn is_invisible(c: char) -> bool {
 /// percent-encoding what it cannot see.
 fn check_queue(queue: &str) -> Result<(), TargetError> {
     if queue.trim().is_empty() || queue.len() > 200 {
-        return Err(TargetError("queue must be 1 to 200 characters".into()));
+        return Err(TargetError(
+            "queue must be 1 to 200 bytes (UTF-8) and not blank".into(),
+        ));
     }
     if queue.chars().any(char::is_control) {
         return Err(TargetError(format!(
@@ -124,7 +126,7 @@ fn check_queue(queue: &str) -> Result<(), TargetError> {
 fn check_subject(subject: &str) -> Result<(), TargetError> {
     if subject.is_empty() || subject.len() > 190 {
         return Err(TargetError(
-            "target.subject must be 1 to 190 characters".into(),
+            "target.subject must be 1 to 190 bytes (UTF-8)".into(),
         ));
     }
     for token in subject.split('.') {

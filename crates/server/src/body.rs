@@ -19,6 +19,21 @@ pub(crate) struct JsonBody<T> {
     pub(crate) raw: Bytes,
 }
 
+/// `application/json` or a `+json` type (`application/merge-patch+json`), with any
+/// parameters; media types are case-insensitive. `application/jsonx` is not JSON.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .split_once('/')
+            .is_some_and(|(kind, sub)| kind == "application" && sub.ends_with("+json"))
+}
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
@@ -27,14 +42,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(str::to_ascii_lowercase) // media types are case-insensitive
-            .is_some_and(|ct| ct.starts_with("application/json") || ct.contains("+json"));
+            .is_some_and(is_json);
         if !json {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
                 "send JSON with Content-Type: application/json",
             ));
+        }
+        // A compressed body would be parsed as if it were not: refuse what is not identity.
+        if let Some(enc) = req.headers().get(header::CONTENT_ENCODING) {
+            let enc = enc.to_str().unwrap_or("?").trim().to_ascii_lowercase();
+            if enc != "identity" && !enc.is_empty() {
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    format!("Content-Encoding {enc:?} is not accepted: send the JSON uncompressed"),
+                ));
+            }
         }
         let raw = Bytes::from_request(req, state).await.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -190,7 +190,7 @@ impl ScheduleInput {
                     .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
             }
         } else if let Some(at) = self.at {
-            Timing::At(at)
+            Timing::At(rfc3339_instant("at", at)?)
         } else {
             let text = self.every.as_deref().unwrap_or_default();
             let period: SignedDuration = text.parse().map_err(|_| {
@@ -207,7 +207,11 @@ impl ScheduleInput {
             }
             Timing::Every {
                 period,
-                anchor: self.anchor.unwrap_or(now),
+                anchor: self
+                    .anchor
+                    .map(|a| rfc3339_instant("anchor", a))
+                    .transpose()?
+                    .unwrap_or(now),
             }
         };
         let lateness =
@@ -607,6 +611,20 @@ pub struct OccurrenceList {
     /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+}
+
+/// An instant the API takes: RFC 3339 writes years 0000–9999 only, so an instant outside
+/// them (jiff reads `-009000-01-01T00:00:00Z`) is refused rather than stored and echoed in a
+/// form no RFC 3339 client can read.
+pub fn rfc3339_instant(name: &str, t: Timestamp) -> Result<Timestamp, ApiError> {
+    let year = t.to_zoned_datetime(jiff::tz::TimeZone::UTC).year();
+    if (0..=9999).contains(&year) {
+        Ok(t)
+    } else {
+        Err(ApiError::invalid(format!(
+            "{name} {t} is outside the years 0000 to 9999 that RFC 3339 instants can write"
+        )))
+    }
 }
 
 /// Parses an occurrence state filter.

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use campanile_core::{ErrorClass, OccurrenceId};
+use campanile_core::{ErrorClass, OccurrenceId, ScheduleId};
 use campanile_store::{
     Ack, Claimed, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel,
     OccurrenceClaim, OccurrenceFinishMany, OccurrenceGet, OccurrenceKey, OccurrenceRedrive,
@@ -64,8 +64,10 @@ pub(crate) struct ListQuery {
 }
 
 fn instant(name: &str, s: &str) -> Result<Timestamp, ApiError> {
-    s.parse()
-        .map_err(|e| ApiError::invalid(format!("{name} '{s}' is not an RFC 3339 instant: {e}")))
+    let t = s
+        .parse()
+        .map_err(|e| ApiError::invalid(format!("{name} '{s}' is not an RFC 3339 instant: {e}")))?;
+    crate::dto::rfc3339_instant(name, t)
 }
 
 /// Occurrences by schedule, state and planned-time range, in planned order.
@@ -105,10 +107,15 @@ pub(crate) async fn list(
         .store
         .occurrence_list(campanile_store::OccurrenceList {
             tenant: caller.tenant,
+            // A filter, not a path: a malformed one is bad input (422), not a missing record.
             schedule_id: q
                 .schedule_id
                 .as_deref()
-                .map(parse_schedule_id)
+                .map(|s| {
+                    uuid::Uuid::parse_str(s)
+                        .map(ScheduleId)
+                        .map_err(|_| ApiError::invalid(format!("schedule_id {s:?} is not a UUID")))
+                })
                 .transpose()?,
             state: q.state.as_deref().map(parse_state).transpose()?,
             from,

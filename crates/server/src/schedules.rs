@@ -412,19 +412,21 @@ pub(crate) async fn preview(
             .gap
             .as_deref()
             .unwrap_or("skip")
+            .to_ascii_lowercase()
             .parse()
             .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
         fold: dst
             .fold
             .as_deref()
             .unwrap_or("once")
+            .to_ascii_lowercase()
             .parse()
             .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
     };
     let cal = Calendar::cron(&p.cron, p.timezone.as_deref().unwrap_or("UTC"), policy)
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let after = match p.after {
-        Some(a) => a,
+        Some(a) => crate::dto::rfc3339_instant("after", a)?,
         None => state.store.store_now().await?,
     };
     Ok(Json(PreviewOut {
