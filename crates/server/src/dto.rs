@@ -99,12 +99,14 @@ pub struct ScheduleInput {
     /// Lease length of its occurrences (1–86400, default 30): what a claim or a renewal that
     /// names no `lease_seconds` grants. A claim that names one uses it for everything it claims
     /// (the Rust SDK's worker always names its own, as the NATS relay does).
+    #[schema(minimum = 1, maximum = 86400)]
     pub lease_seconds: Option<i64>,
     /// What to do with late instants.
     pub misfire: Option<MisfireDto>,
     /// `ALLOW` (default), `SKIP_IF_RUNNING` or `QUEUE_ONE`.
     pub overlap: Option<String>,
     /// Flexible window in seconds (default 0: strict).
+    #[schema(minimum = 0, maximum = 86400)]
     pub flex_window_seconds: Option<i64>,
     /// Retry policy.
     pub retry: Option<RetryDto>,

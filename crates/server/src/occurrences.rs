@@ -58,6 +58,7 @@ pub(crate) struct ListQuery {
     /// `scheduled_for < to` (RFC 3339).
     to: Option<String>,
     /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// From the previous page's `next_cursor`.
     cursor: Option<String>,
@@ -203,9 +204,11 @@ pub(crate) struct ClaimInput {
     /// Who claims; completions must come from the same id.
     worker_id: String,
     /// At most this many (1–1000, default 1).
+    #[schema(minimum = 1, maximum = 1000)]
     max: Option<u32>,
     /// Lease length for every occurrence claimed (1–86400); absent, each gets its schedule's
     /// `lease_seconds` (default 30).
+    #[schema(minimum = 1, maximum = 86400)]
     lease_seconds: Option<i64>,
 }
 
@@ -379,6 +382,7 @@ pub(crate) struct RenewInput {
     leases: Vec<LeaseIn>,
     /// New lease length from now (1–86400); absent, each occurrence's schedule's
     /// `lease_seconds` (default 30).
+    #[schema(minimum = 1, maximum = 86400)]
     lease_seconds: Option<i64>,
 }
 
@@ -689,9 +693,11 @@ pub(crate) struct ClaimNext {
     /// The tenant's queue to claim from.
     queue: String,
     /// At most this many (1–1000, default 1).
+    #[schema(minimum = 1, maximum = 1000)]
     max: Option<u32>,
     /// Lease length for every occurrence claimed (1–86400); absent, each gets its schedule's
     /// `lease_seconds` (default 30).
+    #[schema(minimum = 1, maximum = 86400)]
     lease_seconds: Option<i64>,
 }
 

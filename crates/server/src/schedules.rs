@@ -43,7 +43,9 @@ fn change_out(c: ScheduleChange, next: Vec<Timestamp>) -> ScheduleChangeOut {
 /// answer instead of creating a second schedule.
 #[utoipa::path(post, path = "/v1/schedules", request_body = ScheduleInput, tag = "schedules",
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
-    responses((status = 201, body = ScheduleOut), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 201, body = ScheduleOut), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, description = "`request_in_progress`: a request with this Idempotency-Key is being served", body = ErrorBody),
+        (status = 429, description = "`quota_exceeded`", body = ErrorBody)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -199,6 +201,7 @@ async fn create_now(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// Page size (1–500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
     /// From the previous page's `next_cursor`.
     cursor: Option<String>,
@@ -289,7 +292,8 @@ pub(crate) async fn get(
 /// Replace the definition (a new version). The body carries the `version` the caller read; a
 /// stale version is a 409.
 #[utoipa::path(patch, path = "/v1/schedules/{id}", tag = "schedules", request_body = ScheduleInput, params(("id" = String, Path)),
-    responses((status = 200, body = ScheduleChangeOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = ScheduleChangeOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, description = "`quota_exceeded`", body = ErrorBody)))]
 pub(crate) async fn update(
     State(state): State<AppState>,
     caller: Caller,
@@ -345,7 +349,8 @@ pub(crate) async fn pause(
 
 /// Resume a paused schedule.
 #[utoipa::path(post, path = "/v1/schedules/{id}/resume", tag = "schedules", params(("id" = String, Path)),
-    responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 429, description = "`quota_exceeded`", body = ErrorBody)))]
 pub(crate) async fn resume(
     State(state): State<AppState>,
     caller: Caller,
@@ -379,6 +384,7 @@ pub(crate) struct PreviewInput {
     #[schema(value_type = Option<String>, format = DateTime)]
     after: Option<Timestamp>,
     /// How many (1–1000, default 10).
+    #[schema(minimum = 1, maximum = 1000)]
     count: Option<usize>,
 }
 
