@@ -7,6 +7,7 @@ use campanile_store::{
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use crate::ApiError;
@@ -91,9 +92,10 @@ pub struct ScheduleInput {
     /// First instant of an `every` series (default: now).
     #[schema(value_type = Option<String>, format = DateTime)]
     pub anchor: Option<Timestamp>,
-    /// Any JSON, handed to workers on claim.
+    /// Any JSON, handed to workers on claim exactly as sent (numbers of any size and
+    /// precision included).
     #[schema(value_type = Option<Value>)]
-    pub payload: Option<serde_json::Value>,
+    pub payload: Option<Box<RawValue>>,
     /// Higher is claimed first (default 0).
     pub priority: Option<i32>,
     /// Lease length of its occurrences (1–86400, default 30): what a claim or a renewal that
@@ -289,7 +291,7 @@ impl ScheduleInput {
         Ok(ScheduleSpec {
             timing,
             queue,
-            payload: self.payload.as_ref().map(|p| p.to_string()),
+            payload: self.payload.as_ref().map(|p| p.get().to_string()),
             priority: self.priority.unwrap_or(0),
             lease: SignedDuration::from_secs(lease),
             max_attempts: retry.max_attempts.unwrap_or(3),
@@ -340,7 +342,7 @@ pub struct ScheduleOut {
     pub anchor: Option<Timestamp>,
     /// Payload.
     #[schema(value_type = Option<Value>)]
-    pub payload: Option<serde_json::Value>,
+    pub payload: Option<Box<RawValue>>,
     /// Priority.
     pub priority: i32,
     /// Lease length.
@@ -423,10 +425,7 @@ impl ScheduleOut {
             at,
             every,
             anchor,
-            payload: s
-                .payload
-                .as_deref()
-                .and_then(|p| serde_json::from_str(p).ok()),
+            payload: s.payload.as_deref().and_then(stored_json),
             priority: s.priority,
             lease_seconds: secs(s.lease),
             misfire: MisfireDto {
@@ -558,7 +557,7 @@ pub struct OccurrenceOut {
     pub cancel_requested: bool,
     /// The accepted result.
     #[schema(value_type = Option<Value>)]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<Box<RawValue>>,
     /// Last error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -586,10 +585,7 @@ impl OccurrenceOut {
             attempt_count: o.attempts,
             max_attempts: o.max_attempts,
             cancel_requested: o.cancel_requested,
-            result: o
-                .result
-                .as_deref()
-                .and_then(|r| serde_json::from_str(r).ok()),
+            result: o.result.as_deref().and_then(stored_json),
             last_error: o.last_error.clone(),
             finished_at: o.finished_at,
             attempts: None,
@@ -627,6 +623,12 @@ pub fn rfc3339_instant(name: &str, t: Timestamp) -> Result<Timestamp, ApiError> 
             "{name} {t} is outside the years 0000 to 9999 that RFC 3339 instants can write"
         )))
     }
+}
+
+/// Stored JSON (a payload, a result) as it was sent: numbers keep every digit (parsed into a
+/// `Value`, an integer beyond 64 bits became a float, silently rounded).
+pub fn stored_json(text: &str) -> Option<Box<RawValue>> {
+    RawValue::from_string(text.to_string()).ok()
 }
 
 /// Parses an occurrence state filter.

@@ -242,7 +242,7 @@ pub(crate) struct ClaimedOut {
     attempt: u32,
     /// The schedule's payload.
     #[schema(value_type = Option<Value>)]
-    payload: Option<serde_json::Value>,
+    payload: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// The answer of a claim.
@@ -342,10 +342,7 @@ async fn claimed_out(state: &AppState, tenant: TenantId, got: Vec<Claimed>) -> V
             epoch: c.epoch,
             lease_until: c.lease_until,
             attempt: c.attempt,
-            payload: c
-                .payload
-                .as_deref()
-                .and_then(|p| serde_json::from_str(p).ok()),
+            payload: c.payload.as_deref().and_then(crate::dto::stored_json),
         })
         .collect()
 }
@@ -474,9 +471,9 @@ pub(crate) struct CompleteInput {
     worker_id: String,
     /// Epoch of the claim.
     epoch: i64,
-    /// Any JSON result.
+    /// Any JSON result, stored exactly as sent.
     #[schema(value_type = Option<Value>)]
-    result: Option<serde_json::Value>,
+    result: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// Body of a failure.
@@ -625,7 +622,7 @@ pub(crate) async fn complete(
         &id,
         b.epoch,
         Finish::Succeeded {
-            result: b.result.map(|r| r.to_string()),
+            result: b.result.map(|r| r.get().to_string()),
         },
     )
     .await
@@ -655,9 +652,9 @@ pub(crate) struct CompletionItem {
     occurrence_id: OccurrenceId,
     /// Epoch of the claim.
     epoch: i64,
-    /// A success's result.
+    /// A success's result, stored exactly as sent.
     #[schema(value_type = Option<Value>)]
-    result: Option<serde_json::Value>,
+    result: Option<Box<serde_json::value::RawValue>>,
     /// A failure.
     failure: Option<FailureIn>,
 }
@@ -753,7 +750,7 @@ pub(crate) async fn completions(
             (None, Some(f)) => failure(&f.class, f.message)
                 .map_err(|e| ApiError::invalid(format!("items[{i}]: {}", e.message())))?,
             (r, None) => Finish::Succeeded {
-                result: r.map(|r| r.to_string()),
+                result: r.map(|r| r.get().to_string()),
             },
         };
         items.push(FinishItem {

@@ -145,7 +145,8 @@ pub(crate) async fn create(
             ));
         }
         let status = StatusCode::from_u16(prev.status).unwrap_or(StatusCode::OK);
-        let value: serde_json::Value = serde_json::from_str(&prev.body).unwrap_or_default();
+        // The stored answer as it was written (a Value would round big numbers).
+        let value = crate::dto::stored_json(&prev.body);
         return Ok((status, Json(value)).into_response());
     }
     let held = IdempotencyToken {

@@ -2307,3 +2307,80 @@ async fn a_create_that_died_mid_request_does_not_hold_its_idempotency_key() {
     let (s, v2, _) = app.raw(post("made")).await;
     assert_eq!((s, &v2["id"]), (StatusCode::CREATED, &v["id"]));
 }
+
+/// A payload and a result come back exactly as sent: numbers beyond 64 bits, `-0`, and ones
+/// no float can hold (found by a probe: they were silently rounded through a float).
+#[tokio::test]
+async fn payloads_and_results_keep_every_digit() {
+    let app = app().await;
+    // The answers are read as text: a `Value` would round them here too.
+    let send = |method: &str, uri: String, body: Option<String>| {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", format!("Bearer {}", app.a));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req.body(body.map_or_else(Body::empty, Body::from)).unwrap();
+        let router = app.router.clone();
+        async move {
+            let resp = router.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8(bytes.to_vec()).unwrap())
+        }
+    };
+    let payload =
+        r#"{"order_id":12345678901234567890123,"neg":-9223372036854775809,"z":-0,"huge":1e400}"#;
+    let body = format!(
+        r#"{{"queue":"exact","at":"{}","misfire":{{"policy":"fire_once","max_lateness_seconds":600}},"payload":{payload}}}"#,
+        now_plus(-1)
+    );
+    let (s, text) = send("POST", "/v1/schedules".into(), Some(body)).await;
+    assert_eq!(s, StatusCode::CREATED, "{text}");
+    assert!(text.contains(payload), "{text}");
+    let sid = text
+        .split("\"id\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let (_, text) = send("GET", format!("/v1/schedules/{sid}"), None).await;
+    assert!(text.contains(payload), "{text}");
+    app.plan().await;
+    let (s, text) = send(
+        "POST",
+        "/v1/queues/exact/claim".into(),
+        Some(r#"{"worker_id":"w"}"#.into()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    assert!(text.contains(payload), "the worker gets it as sent: {text}");
+    let field = |name: &str| {
+        text.split(&format!("\"{name}\":"))
+            .nth(1)
+            .unwrap()
+            .split([',', '}'])
+            .next()
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    };
+    let (id, epoch) = (field("id"), field("epoch"));
+    let result = r#"{"total":98765432109876543210}"#;
+    let (s, text) = send(
+        "POST",
+        format!("/v1/occurrences/{id}/complete"),
+        Some(format!(
+            r#"{{"worker_id":"w","epoch":{epoch},"result":{result}}}"#
+        )),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let (s, text) = send("GET", format!("/v1/occurrences/{id}"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(text.contains(result), "{text}");
+}
