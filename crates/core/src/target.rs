@@ -88,8 +88,9 @@ pub fn is_reserved_queue(queue: &str) -> bool {
 /// soft hyphen, zero-width spaces and joiners, bidirectional controls, the word joiner and
 /// invisible operators, the byte-order mark).
 fn is_invisible(c: char) -> bool {
+    // U+2028/U+2029 (line and paragraph separators) break lines like a newline does.
     matches!(c,
-        '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
         | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}')
 }
 
@@ -195,6 +196,7 @@ mod tests {
             "a\tb",
             "bill\u{200b}ing",
             "\u{feff}q",
+            "line\u{2028}break",
             "q\u{202e}",
             "so\u{ad}ft",
         ] {
