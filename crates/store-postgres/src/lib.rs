@@ -24,6 +24,10 @@ use jiff::Timestamp;
 
 pub use migrate::MIGRATIONS;
 
+/// The largest report, and claim, that shares one transaction with others
+/// ([`Store::occurrence_finish_and_claim`]).
+const SHARED_REPORT_MAX: usize = 16;
+
 /// The PostgreSQL store.
 #[derive(Clone)]
 pub struct PgStore {
@@ -406,9 +410,14 @@ impl Store for PgStore {
         finish: OccurrenceFinishMany,
         claim: OccurrenceClaim,
     ) -> Result<(Vec<Ack>, Result<Vec<Claimed>, StoreError>), StoreError> {
-        // Reports of successes with a plain claim of the same tenant share one transaction;
-        // anything else (failures, a lease the store must refuse) goes the separate ways.
+        // Small reports of successes with a plain claim of the same tenant share one
+        // transaction; anything else (failures, a lease the store must refuse, large batches)
+        // goes the separate ways. Large batches gain nothing from saving a commit and lose
+        // the parallelism of the two coalescers: at 100 per report the shared transaction
+        // drained 5-25% slower.
         let shareable = ops::only_successes(&finish)
+            && finish.items.len() <= SHARED_REPORT_MAX
+            && claim.max as usize <= SHARED_REPORT_MAX
             && finish.tenant == claim.tenant
             && finish.now == claim.now
             && claim.max > 0

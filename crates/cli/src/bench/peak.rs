@@ -3,7 +3,8 @@
 //! API. Reports schedule lag (p50/p99 from the planner's own histogram, max measured), claim
 //! lag (`claimed_at − available_at`, the server's instants, per occurrence), the end-to-end lag
 //! (the instant a worker holds the occurrence, minus its planned instant), time to drain and
-//! occurrences per second.
+//! occurrences per second. Each worker reports a batch and claims its next in one request, as
+//! the SDK's worker does (`--separate-claims`: a claim request, then a report).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -43,6 +44,9 @@ pub(crate) struct PeakArgs {
     /// Also draw the drain curve and the claim-lag histogram to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
+    /// Claim in a request of its own instead of with the previous batch's outcomes.
+    #[arg(long)]
+    separate_claims: bool,
 }
 
 /// Quantiles of a Prometheus histogram in the text format, summed over its label sets: for
@@ -252,36 +256,50 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
             args.schedules as usize,
             args.batch,
         );
+        let separate = args.separate_claims;
         tasks.push(tokio::spawn(async move {
             let worker = format!("peak-{w}");
+            // What this worker holds, and when it got it; each batch's outcomes carry the
+            // claim of the next (unless --separate-claims).
+            let mut held: Vec<campanile_sdk::Claimed> = Vec::new();
+            let mut got_at = Timestamp::now();
             loop {
-                if lags.lock().unwrap_or_else(|e| e.into_inner()).len() >= total {
-                    return Ok::<(), campanile_sdk::SdkError>(());
-                }
-                let claimed = match client.claim("peak", &worker, batch, 60).await {
-                    Ok(c) => c,
-                    // The node is not handing out work for a moment (its liveness mark
-                    // lapsed): as a worker would, wait and ask again.
-                    Err(campanile_sdk::SdkError::Api { status: 503, .. }) => {
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                if held.is_empty() {
+                    if lags.lock().unwrap_or_else(|e| e.into_inner()).len() >= total {
+                        return Ok::<(), campanile_sdk::SdkError>(());
+                    }
+                    held = match client.claim("peak", &worker, batch, 60).await {
+                        Ok(c) => c,
+                        // The node is not handing out work for a moment (its liveness mark
+                        // lapsed): as a worker would, wait and ask again.
+                        Err(campanile_sdk::SdkError::Api { status: 503, .. }) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    got_at = Timestamp::now();
+                    if held.is_empty() {
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                         continue;
                     }
-                    Err(e) => return Err(e),
-                };
-                let got_at = Timestamp::now();
-                if claimed.is_empty() {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                    continue;
                 }
-                let items = claimed
+                let items = held
                     .iter()
                     .map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true}))
                     .collect();
-                let outcomes = client.completions(&worker, items).await?;
+                let (outcomes, next) = if separate {
+                    (client.completions(&worker, items).await?, Vec::new())
+                } else {
+                    client
+                        .completions_and_claim(&worker, items, "peak", batch, 60)
+                        .await?
+                };
+                let next_at = Timestamp::now();
                 let accepted = outcomes.iter().filter(|o| o.outcome == "accepted").count();
                 {
                     let mut l = claim_lags.lock().unwrap_or_else(|e| e.into_inner());
-                    for c in &claimed {
+                    for c in &held {
                         if let (Some(at), Some(avail)) = (c.claimed_at, c.available_at) {
                             l.push(
                                 (at.as_millisecond() - avail.as_millisecond()).max(0) as f64
@@ -290,14 +308,18 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
                         }
                     }
                 }
-                let mut l = lags.lock().unwrap_or_else(|e| e.into_inner());
-                for c in &claimed {
-                    l.push(
-                        (got_at.as_millisecond() - c.scheduled_for.as_millisecond()) as f64
-                            / 1000.0,
-                    );
+                {
+                    let mut l = lags.lock().unwrap_or_else(|e| e.into_inner());
+                    for c in &held {
+                        l.push(
+                            (got_at.as_millisecond() - c.scheduled_for.as_millisecond()) as f64
+                                / 1000.0,
+                        );
+                    }
                 }
                 bar.inc(accepted as u64);
+                held = next;
+                got_at = next_at;
             }
         }));
     }
@@ -335,6 +357,7 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
         "schedules": args.schedules,
         "workers": args.workers,
         "batch": args.batch,
+        "separate_claims": args.separate_claims,
         "schedule_lag_seconds_max": schedule_lag,
         // p50/p99: upper bounds of the planner histogram's buckets (null: past the last
         // one); max: when the last of them was visible, measured.
