@@ -305,7 +305,9 @@ where
         r = handler(job) => Some(r),
         _ = lost.wait_for(|l| *l) => None,
     };
-    lock(&held).remove(&id);
+    // The lease stays held (the heartbeat renews it) until the outcome is reported, so that a
+    // report retried through a short outage still lands inside it.
+    let _release = Release { held, id };
     let (item, done) = match outcome {
         None => {
             tracing::warn!(occurrence = %id, "lease lost: handler stopped, no outcome reported");
@@ -327,15 +329,40 @@ where
             )
         }
     };
-    let sent = if *shutdown.borrow() {
-        client
-            .completions(&cfg.worker_id, vec![item])
-            .await
-            .map(|r| (r, Vec::new()))
-    } else {
-        client
-            .completions_and_claim(&cfg.worker_id, vec![item], &cfg.queue, 1, cfg.lease_seconds)
-            .await
+    // A report the server could not take (503: the database unreachable, the node starting)
+    // or that got no answer is sent again, with backoff, for up to a lease: otherwise the
+    // outcome is lost and the occurrence runs again once the lease ends.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(u64::from(cfg.lease_seconds));
+    let mut delay = Duration::from_millis(100);
+    let sent = loop {
+        let sent = if *shutdown.borrow() {
+            client
+                .completions(&cfg.worker_id, vec![item.clone()])
+                .await
+                .map(|r| (r, Vec::new()))
+        } else {
+            client
+                .completions_and_claim(
+                    &cfg.worker_id,
+                    vec![item.clone()],
+                    &cfg.queue,
+                    1,
+                    cfg.lease_seconds,
+                )
+                .await
+        };
+        let retry = matches!(
+            &sent,
+            Err(SdkError::Api { status: 503, .. } | SdkError::Transport(_))
+        );
+        if !retry || tokio::time::Instant::now() + delay >= give_up {
+            break sent;
+        }
+        if let Err(e) = &sent {
+            tracing::warn!(occurrence = %id, error = %e, "reporting the outcome failed; retrying");
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
     };
     match sent {
         Ok((results, next)) => match results.first() {
@@ -351,6 +378,18 @@ where
             tracing::warn!(occurrence = %id, error = %e, "could not report the outcome");
             (Done::Refused, Vec::new())
         }
+    }
+}
+
+/// Stops holding a lease (the heartbeat stops renewing it) when a handler's task ends.
+struct Release {
+    held: HeldMap,
+    id: Uuid,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        lock(&self.held).remove(&self.id);
     }
 }
 

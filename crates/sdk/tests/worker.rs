@@ -3,11 +3,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::Request;
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
+use axum::response::IntoResponse;
 use campanile_planner::{Planner, PlannerConfig};
 use campanile_sdk::{Client, Job, JobError, Worker, WorkerConfig};
 use campanile_server::{AppState, ServerConfig, issue_key, router};
@@ -22,6 +25,9 @@ struct Api {
     client: Client,
     store: Arc<dyn Store>,
     counts: Counts,
+    /// Reports to answer with 503 (as a node whose database is away would) before passing
+    /// them on.
+    refuse_reports: Arc<AtomicU32>,
     _dir: tempfile::TempDir,
 }
 
@@ -38,7 +44,8 @@ async fn api() -> Api {
     let key = issue_key(store.as_ref(), Some(t.id), false).await.unwrap();
     let cfg = ServerConfig::default();
     let counts: Counts = Arc::default();
-    let seen = counts.clone();
+    let refuse_reports = Arc::new(AtomicU32::new(0));
+    let (seen, refuse) = (counts.clone(), refuse_reports.clone());
     let app = router(AppState::new(store.clone(), &cfg, None), &cfg).layer(middleware::from_fn(
         move |req: Request, next: Next| {
             let kind = match req.uri().path() {
@@ -48,7 +55,18 @@ async fn api() -> Api {
                 _ => "other",
             };
             *seen.lock().unwrap().entry(kind).or_default() += 1;
-            next.run(req)
+            let refused = kind == "completions"
+                && refuse
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+            async move {
+                if refused {
+                    let body = json!({"code": "unavailable", "message": "database unavailable"});
+                    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+                } else {
+                    next.run(req).await
+                }
+            }
         },
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -58,6 +76,7 @@ async fn api() -> Api {
         client: Client::new(&url, &key).unwrap(),
         store,
         counts,
+        refuse_reports,
         _dir: dir,
     }
 }
@@ -180,4 +199,41 @@ async fn a_worker_shutting_down_leaves_nothing_running() {
         60 - report.completed,
         "the rest are still there to claim"
     );
+}
+
+/// A report the server could not take (503: its database away, the node starting) is sent
+/// again within the lease rather than lost, which would run the occurrence a second time
+/// once the lease ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_refused_with_503_is_sent_again() {
+    let api = api().await;
+    api.due(5).await;
+    api.refuse_reports.store(3, Ordering::SeqCst);
+    let worker = Worker::new(api.client.clone(), config(1));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move {
+        worker
+            .run(
+                |_job: Job| async move { Ok::<Value, JobError>(json!(1)) },
+                stopped,
+            )
+            .await
+    });
+    let drained = async {
+        while api.in_state("SUCCEEDED").await < 5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), drained)
+        .await
+        .expect("every outcome lands");
+    stop.send(true).unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.completed, report.refused), (5, 0), "{report:?}");
+    assert_eq!(
+        api.count("completions"),
+        5 + 3,
+        "three reports were sent twice"
+    );
+    assert_eq!(api.in_state("RUNNING").await, 0);
 }
