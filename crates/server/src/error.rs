@@ -174,7 +174,10 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Unavailable(m) => {
                 tracing::warn!(error = %m, "database unavailable");
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later")
+                // A client waits a moment rather than retry at once into the same outage.
+                let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later");
+                e.retry_after = Some(2);
+                e
             }
             // The database's view of the cluster: no node's mark is valid (an outage not yet
             // judged by a node's start). As this node's own gate answers.

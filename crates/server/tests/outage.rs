@@ -93,6 +93,13 @@ async fn status(
         .expect("no hang")
         .unwrap();
     let s = resp.status();
+    // Every 503 tells the client when to ask again.
+    if s == StatusCode::SERVICE_UNAVAILABLE {
+        assert!(
+            resp.headers().get("retry-after").is_some(),
+            "{method} {path}: a 503 without Retry-After"
+        );
+    }
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (
         s,
