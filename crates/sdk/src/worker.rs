@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -114,6 +115,9 @@ fn lock(h: &HeldMap) -> std::sync::MutexGuard<'_, HashMap<Uuid, Held>> {
 pub struct Worker {
     client: Client,
     cfg: WorkerConfig,
+    /// Set once the server refused a report that claims (a server older than this SDK):
+    /// reports are then sent on their own and claims made apart.
+    plain_reports: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -127,7 +131,11 @@ enum Done {
 impl Worker {
     /// A worker over `client`.
     pub fn new(client: Client, cfg: WorkerConfig) -> Worker {
-        Worker { client, cfg }
+        Worker {
+            client,
+            cfg,
+            plain_reports: Arc::default(),
+        }
     }
 
     /// Claims and runs until `shutdown` turns true, then stops claiming, lets in-flight
@@ -251,6 +259,7 @@ impl Worker {
             tasks.spawn(run_one(
                 self.client.clone(),
                 self.cfg.clone(),
+                self.plain_reports.clone(),
                 handler.clone(),
                 job,
                 c.epoch,
@@ -289,6 +298,7 @@ fn tally(
 async fn run_one<F, Fut>(
     client: Client,
     cfg: WorkerConfig,
+    plain_reports: Arc<AtomicBool>,
     handler: Arc<F>,
     job: Job,
     epoch: i64,
@@ -301,13 +311,14 @@ where
     Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
 {
     let id = job.id;
+    // The lease stays held (the heartbeat renews it) until the outcome is reported, so that a
+    // report retried through a short outage still lands inside it; released however the task
+    // ends (a panicking handler included).
+    let _release = Release { held, id, epoch };
     let outcome = tokio::select! {
         r = handler(job) => Some(r),
         _ = lost.wait_for(|l| *l) => None,
     };
-    // The lease stays held (the heartbeat renews it) until the outcome is reported, so that a
-    // report retried through a short outage still lands inside it.
-    let _release = Release { held, id };
     let (item, done) = match outcome {
         None => {
             tracing::warn!(occurrence = %id, "lease lost: handler stopped, no outcome reported");
@@ -335,13 +346,13 @@ where
     let give_up = tokio::time::Instant::now() + Duration::from_secs(u64::from(cfg.lease_seconds));
     let mut delay = Duration::from_millis(100);
     let sent = loop {
-        let sent = if *shutdown.borrow() {
+        let sent = if *shutdown.borrow() || plain_reports.load(Ordering::Relaxed) {
             client
                 .completions(&cfg.worker_id, vec![item.clone()])
                 .await
                 .map(|r| (r, Vec::new()))
         } else {
-            client
+            match client
                 .completions_and_claim(
                     &cfg.worker_id,
                     vec![item.clone()],
@@ -350,6 +361,16 @@ where
                     cfg.lease_seconds,
                 )
                 .await
+            {
+                // A server older than this SDK refuses the field (nothing was written): report
+                // on its own from now on.
+                Err(SdkError::Api { status: 422, body }) if body.message.contains("claim") => {
+                    tracing::info!("the server takes no claim with a report; reporting apart");
+                    plain_reports.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                sent => sent,
+            }
         };
         let retry = matches!(
             &sent,
@@ -381,15 +402,22 @@ where
     }
 }
 
-/// Stops holding a lease (the heartbeat stops renewing it) when a handler's task ends.
+/// Stops holding a lease (the heartbeat stops renewing it) when a handler's task ends — this
+/// claim's lease only: the same occurrence may meanwhile have been claimed again by this
+/// worker under a later epoch (its lease ran out during a long outage), and that one is held
+/// for its own handler.
 struct Release {
     held: HeldMap,
     id: Uuid,
+    epoch: i64,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        lock(&self.held).remove(&self.id);
+        let mut held = lock(&self.held);
+        if held.get(&self.id).is_some_and(|h| h.epoch == self.epoch) {
+            held.remove(&self.id);
+        }
     }
 }
 

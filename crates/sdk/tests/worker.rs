@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ struct Api {
     /// Reports to answer with 503 (as a node whose database is away would) before passing
     /// them on.
     refuse_reports: Arc<AtomicU32>,
+    /// Answer reports that claim as a server older than the SDK does (422, unknown field).
+    old_server: Arc<AtomicBool>,
     _dir: tempfile::TempDir,
 }
 
@@ -45,7 +47,8 @@ async fn api() -> Api {
     let cfg = ServerConfig::default();
     let counts: Counts = Arc::default();
     let refuse_reports = Arc::new(AtomicU32::new(0));
-    let (seen, refuse) = (counts.clone(), refuse_reports.clone());
+    let old_server = Arc::new(AtomicBool::new(false));
+    let (seen, refuse, old) = (counts.clone(), refuse_reports.clone(), old_server.clone());
     let app = router(AppState::new(store.clone(), &cfg, None), &cfg).layer(middleware::from_fn(
         move |req: Request, next: Next| {
             let kind = match req.uri().path() {
@@ -59,13 +62,25 @@ async fn api() -> Api {
                 && refuse
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok();
+            let old = kind == "completions" && old.load(Ordering::SeqCst);
             async move {
                 if refused {
                     let body = json!({"code": "unavailable", "message": "database unavailable"});
-                    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-                } else {
-                    next.run(req).await
+                    return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
                 }
+                if old {
+                    let (parts, body) = req.into_parts();
+                    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+                    if String::from_utf8_lossy(&bytes).contains("\"claim\"") {
+                        let body = json!({"code": "validation_failed",
+                            "message": "unknown field `claim`, expected `worker_id` or `items`"});
+                        return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body))
+                            .into_response();
+                    }
+                    let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+                    return next.run(req).await;
+                }
+                next.run(req).await
             }
         },
     ));
@@ -77,6 +92,7 @@ async fn api() -> Api {
         store,
         counts,
         refuse_reports,
+        old_server,
         _dir: dir,
     }
 }
@@ -236,4 +252,34 @@ async fn a_report_refused_with_503_is_sent_again() {
         "three reports were sent twice"
     );
     assert_eq!(api.in_state("RUNNING").await, 0);
+}
+
+/// Against a server older than the SDK (it refuses a report that claims, writing nothing),
+/// the worker reports on its own and claims apart: every outcome lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_takes_no_claim_with_reports_still_gets_every_outcome() {
+    let api = api().await;
+    api.due(6).await;
+    api.old_server.store(true, Ordering::SeqCst);
+    let worker = Worker::new(api.client.clone(), config(2));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move {
+        worker
+            .run(
+                |_job: Job| async move { Ok::<Value, JobError>(json!(1)) },
+                stopped,
+            )
+            .await
+    });
+    let drained = async {
+        while api.in_state("SUCCEEDED").await < 6 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), drained)
+        .await
+        .expect("every outcome lands");
+    stop.send(true).unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.completed, report.refused), (6, 0), "{report:?}");
 }

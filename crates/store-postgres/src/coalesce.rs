@@ -32,6 +32,12 @@ pub(crate) trait Batch: Send + Sync + 'static {
     /// still worth writing).
     const SKIP_ABANDONED: bool;
 
+    /// What of a request whose caller has stopped waiting still goes to a statement (`None`:
+    /// nothing). By default all of it, or nothing when [`Batch::SKIP_ABANDONED`].
+    fn abandoned(req: Self::Req) -> Option<Self::Req> {
+        (!Self::SKIP_ABANDONED).then_some(req)
+    }
+
     /// Whether `req` may join a statement whose requests so far add up to `load`, adding it
     /// if so. The first request of a statement (`load` as new) is always admitted.
     fn admit(load: &mut Self::Load, req: &Self::Req, first: bool) -> bool;
@@ -183,16 +189,21 @@ impl<B: Batch> Coalescer<B> {
 }
 
 /// The requests of the next statement: the first in line, then every later one that fits,
-/// in arrival order; those that do not fit keep their place. Abandoned requests of a kind
-/// that skips them are dropped here.
+/// in arrival order; those that do not fit keep their place. Abandoned requests keep only
+/// what [`Batch::abandoned`] leaves of them.
 fn take<B: Batch>(queue: &mut Waiting<B>) -> Vec<Pending<B>> {
     let mut taken: Vec<Pending<B>> = Vec::new();
     let mut load = B::Load::default();
     let mut kept = VecDeque::new();
     while let Some((req, tx)) = queue.pop_front() {
-        if B::SKIP_ABANDONED && tx.is_closed() {
-            continue;
-        }
+        let req = if tx.is_closed() {
+            match B::abandoned(req) {
+                Some(req) => req,
+                None => continue,
+            }
+        } else {
+            req
+        };
         if B::admit(&mut load, &req, taken.is_empty()) {
             taken.push((req, tx));
         } else {

@@ -1137,6 +1137,13 @@ impl Batch for FinishClaimBatch {
     type Load = (std::collections::HashSet<OccurrenceId>, u64);
     const SKIP_ABANDONED: bool = false;
 
+    /// The outcomes of a caller that has gone are still written; its claim is not made (it
+    /// would lease occurrences to no one, each using up an attempt).
+    fn abandoned((finish, mut claim): Self::Req) -> Option<Self::Req> {
+        claim.max = 0;
+        Some((finish, claim))
+    }
+
     fn admit(load: &mut Self::Load, req: &Self::Req, first: bool) -> bool {
         let (finish, claim) = req;
         let fits = first
