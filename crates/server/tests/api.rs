@@ -2087,9 +2087,13 @@ async fn policy_names_in_capitals_and_a_slightly_past_one_off_are_accepted() {
 async fn outcomes_and_the_next_claim_in_one_request() {
     let app = app().await;
     let k = Some(app.a.as_str());
+    // A retry an hour off at most (full jitter from the id): not due again within the test
+    // but by a one-in-a-million draw.
+    let mut body = due_now("work");
+    body["retry"] = json!({"backoff_initial_ms": 3_600_000, "backoff_max_ms": 3_600_000});
     for _ in 0..3 {
         let (s, v) = app
-            .call("POST", "/v1/schedules", k, Some(due_now("work")))
+            .call("POST", "/v1/schedules", k, Some(body.clone()))
             .await;
         assert_eq!(s, StatusCode::CREATED, "{v}");
     }
