@@ -222,9 +222,7 @@ impl Worker {
         let _ = heartbeat.await;
         Ok(report)
     }
-}
 
-impl Worker {
     /// Runs a handler task for each claimed occurrence, holding its lease for the heartbeat.
     fn start<F, Fut>(
         &self,
@@ -364,7 +362,9 @@ where
             {
                 // A server older than this SDK refuses the field (nothing was written): report
                 // on its own from now on.
-                Err(SdkError::Api { status: 422, body }) if body.message.contains("claim") => {
+                Err(SdkError::Api { status: 422, body })
+                    if body.message.contains("unknown field `claim`") =>
+                {
                     tracing::info!("the server takes no claim with a report; reporting apart");
                     plain_reports.store(true, Ordering::Relaxed);
                     continue;

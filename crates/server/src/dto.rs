@@ -1,6 +1,6 @@
 //! The public JSON shapes (DESIGN.md, Interfaces): `snake_case` fields, RFC 3339 UTC instants.
 
-use campanile_calendar::{DstFold, DstGap};
+use campanile_calendar::{DstFold, DstGap, DstPolicy};
 use campanile_core::{Misfire, OccurrenceId, OccurrenceState, Overlap, ScheduleId};
 use campanile_store::{
     Attempt, Occurrence, OccurrenceDetail, ScheduleRecord, ScheduleSpec, Timing,
@@ -54,6 +54,26 @@ pub struct DstDto {
     /// `once` (default) or `twice`.
     #[serde(default)]
     pub fold: Option<String>,
+}
+
+impl DstDto {
+    /// The policy these options (absent: the defaults) name, in either case — the one reading
+    /// of DST options for creates, updates and previews.
+    pub fn policy(dst: Option<&DstDto>) -> Result<DstPolicy, ApiError> {
+        let (gap, fold) = dst.map_or((None, None), |d| (d.gap.as_deref(), d.fold.as_deref()));
+        Ok(DstPolicy {
+            gap: gap
+                .unwrap_or("skip")
+                .to_ascii_lowercase()
+                .parse::<DstGap>()
+                .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
+            fold: fold
+                .unwrap_or("once")
+                .to_ascii_lowercase()
+                .parse::<DstFold>()
+                .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
+        })
+    }
 }
 
 /// An external target: where the relay publishes each occurrence instead of a queue.
@@ -171,27 +191,12 @@ impl ScheduleInput {
             return Err(ApiError::invalid("anchor applies to every schedules only"));
         }
         let timing = if let Some(expr) = &self.cron {
-            let dst = self.dst.clone().unwrap_or(DstDto {
-                gap: None,
-                fold: None,
-            });
+            let dst = DstDto::policy(self.dst.as_ref())?;
             Timing::Cron {
                 expr: expr.clone(),
                 timezone: self.timezone.clone().unwrap_or_else(|| "UTC".into()),
-                dst_gap: dst
-                    .gap
-                    .as_deref()
-                    .unwrap_or("skip")
-                    .to_ascii_lowercase()
-                    .parse::<DstGap>()
-                    .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
-                dst_fold: dst
-                    .fold
-                    .as_deref()
-                    .unwrap_or("once")
-                    .to_ascii_lowercase()
-                    .parse::<DstFold>()
-                    .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
+                dst_gap: dst.gap,
+                dst_fold: dst.fold,
             }
         } else if let Some(at) = self.at {
             Timing::At(rfc3339_instant("at", at)?)

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use campanile_calendar::{Calendar, DstPolicy};
+use campanile_calendar::Calendar;
 use campanile_core::ScheduleId;
 use campanile_planner::schedules::next_fires;
 use campanile_store::{IdempotencyPut, IdempotencyToken, ScheduleChange, ScheduleState};
@@ -410,26 +410,7 @@ pub(crate) async fn preview(
     if !(1..=1000).contains(&count) {
         return Err(ApiError::invalid("count must be between 1 and 1000"));
     }
-    let dst = p.dst.unwrap_or(DstDto {
-        gap: None,
-        fold: None,
-    });
-    let policy = DstPolicy {
-        gap: dst
-            .gap
-            .as_deref()
-            .unwrap_or("skip")
-            .to_ascii_lowercase()
-            .parse()
-            .map_err(|e| ApiError::invalid(format!("dst.gap: {e}")))?,
-        fold: dst
-            .fold
-            .as_deref()
-            .unwrap_or("once")
-            .to_ascii_lowercase()
-            .parse()
-            .map_err(|e| ApiError::invalid(format!("dst.fold: {e}")))?,
-    };
+    let policy = DstDto::policy(p.dst.as_ref())?;
     let cal = Calendar::cron(&p.cron, p.timezone.as_deref().unwrap_or("UTC"), policy)
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let after = match p.after {
