@@ -217,15 +217,9 @@ async fn a_worker_shutting_down_leaves_nothing_running() {
     );
 }
 
-/// A report the server could not take (503: its database away, the node starting) is sent
-/// again within the lease rather than lost, which would run the occurrence a second time
-/// once the lease ended.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_report_refused_with_503_is_sent_again() {
-    let api = api().await;
-    api.due(5).await;
-    api.refuse_reports.store(3, Ordering::SeqCst);
-    let worker = Worker::new(api.client.clone(), config(1));
+/// Runs `worker` with a handler that succeeds until `n` occurrences have succeeded (30 s at
+/// most), then shuts it down; its report.
+async fn succeed_all(api: &Api, worker: Worker, n: usize) -> campanile_sdk::WorkerReport {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move {
         worker
@@ -236,7 +230,7 @@ async fn a_report_refused_with_503_is_sent_again() {
             .await
     });
     let drained = async {
-        while api.in_state("SUCCEEDED").await < 5 {
+        while api.in_state("SUCCEEDED").await < n {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
@@ -244,7 +238,19 @@ async fn a_report_refused_with_503_is_sent_again() {
         .await
         .expect("every outcome lands");
     stop.send(true).unwrap();
-    let report = run.await.unwrap().unwrap();
+    run.await.unwrap().unwrap()
+}
+
+/// A report the server could not take (503: its database away, the node starting) is sent
+/// again within the lease rather than lost, which would run the occurrence a second time
+/// once the lease ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_refused_with_503_is_sent_again() {
+    let api = api().await;
+    api.due(5).await;
+    api.refuse_reports.store(3, Ordering::SeqCst);
+    let worker = Worker::new(api.client.clone(), config(1));
+    let report = succeed_all(&api, worker, 5).await;
     assert_eq!((report.completed, report.refused), (5, 0), "{report:?}");
     assert_eq!(
         api.count("completions"),
@@ -262,24 +268,6 @@ async fn a_server_that_takes_no_claim_with_reports_still_gets_every_outcome() {
     api.due(6).await;
     api.old_server.store(true, Ordering::SeqCst);
     let worker = Worker::new(api.client.clone(), config(2));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let run = tokio::spawn(async move {
-        worker
-            .run(
-                |_job: Job| async move { Ok::<Value, JobError>(json!(1)) },
-                stopped,
-            )
-            .await
-    });
-    let drained = async {
-        while api.in_state("SUCCEEDED").await < 6 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), drained)
-        .await
-        .expect("every outcome lands");
-    stop.send(true).unwrap();
-    let report = run.await.unwrap().unwrap();
+    let report = succeed_all(&api, worker, 6).await;
     assert_eq!((report.completed, report.refused), (6, 0), "{report:?}");
 }
