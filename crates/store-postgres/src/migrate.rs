@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency_token",
         include_str!("../migrations/0014_idempotency_token.sql"),
     ),
+    (
+        15,
+        "overlap_history",
+        include_str!("../migrations/0015_overlap_history.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

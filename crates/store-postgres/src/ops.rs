@@ -714,12 +714,30 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
 });
 
 /// For one candidate (`$1` its schedule, `$2` its seq, `$3` its priority, `$4` its
-/// availability), with its schedule's row locked: does another occurrence of the schedule
-/// run, and is one due (`$5` now) already waiting ahead of it in claim order (priority, then
-/// availability, then seq)? Read from the database, so that a decision sees what earlier
-/// claims (and this one) decided, not only this claim's own list. Each `EXISTS` is a seek in a
-/// partial index of the schedule's running or pending constrained occurrences.
+/// availability, `$5` now), with its schedule's row locked, the facts of
+/// [`fence::OverlapFacts`], in its order: had another occurrence of the schedule been claimed
+/// by `$4` and was it still running then; was one ahead of it in claim order (priority, then
+/// availability, then seq) due by `$4` and not claimed then; does another run now; is one
+/// ahead of it due and waiting now. Read from the database, so that a decision sees what
+/// earlier claims (and this one) decided, not only this claim's own list. A run claimed after
+/// `$4` is running now or finished after `$4`, so "then" needs only three partial indexes of
+/// the schedule's constrained occurrences: running, pending, and claimed-once by finish
+/// instant (the short range of runs that ended since the candidate came due).
 const OVERLAP_STATE: &str = "SELECT
+    EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0
+               AND seq <> $2 AND claimed_at <= $4)
+    OR EXISTS (SELECT 1 FROM occurrences
+                WHERE schedule_id = $1 AND overlap <> 0 AND claimed_at IS NOT NULL
+                  AND finished_at > $4 AND claimed_at <= $4 AND seq <> $2),
+    EXISTS (SELECT 1 FROM occurrences
+             WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
+               AND available_at <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))
+    OR EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0
+                  AND claimed_at > $4 AND available_at <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))
+    OR EXISTS (SELECT 1 FROM occurrences
+                WHERE schedule_id = $1 AND overlap <> 0 AND claimed_at IS NOT NULL
+                  AND finished_at > $4 AND claimed_at > $4 AND available_at <= $4 AND seq <> $2
+                  AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2)))),
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2),
     EXISTS (SELECT 1 FROM occurrences
              WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
@@ -834,13 +852,15 @@ async fn claim_constrained_locked<C: GenericClient>(
                 &[&schedule, &seq, &priority, &available_at, &now],
             )
             .await?;
-            let (running, earlier_waiting) =
-                row.first().map_or((false, false), |r| (r.get(0), r.get(1)));
-            fence::overlap_decision(
-                campanile_core::Overlap::from_code(overlap),
-                running,
-                earlier_waiting,
-            )
+            let facts =
+                row.first()
+                    .map_or(fence::OverlapFacts::default(), |r| fence::OverlapFacts {
+                        ran_at_due: r.get(0),
+                        waited_at_due: r.get(1),
+                        running: r.get(2),
+                        earlier_waiting: r.get(3),
+                    });
+            fence::overlap_decision(campanile_core::Overlap::from_code(overlap), facts)
         };
         match decision {
             fence::OverlapDecision::Claim => {
@@ -1874,8 +1894,15 @@ mod plan_tests {
             "(gen_random_uuid(), 1, 0, 0, 0)",
         )
         .await;
+        eprintln!("overlap state:\n{plan}");
+        for index in [
+            "occurrences_pending_constrained_schedule",
+            "occurrences_finished_constrained_schedule",
+        ] {
+            assert!(plan.contains(index), "overlap state, {index}:\n{plan}");
+        }
         assert!(
-            plan.contains("occurrences_pending_constrained_schedule") && !plan.contains("Seq Scan"),
+            !plan.contains("Seq Scan") && !plan.contains("occurrences_schedule "),
             "overlap state:\n{plan}"
         );
     }

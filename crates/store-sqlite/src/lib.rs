@@ -27,6 +27,9 @@ use jiff::Timestamp;
 use rusqlite::Connection;
 
 pub use migrate::MIGRATIONS;
+/// The constrained claim's overlap question, for the plan test.
+#[doc(hidden)]
+pub use ops::OVERLAP_STATE;
 
 /// The embedded SQLite store.
 #[derive(Debug, Clone)]

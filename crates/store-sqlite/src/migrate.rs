@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency_token",
         include_str!("../migrations/0012_idempotency_token.sql"),
     ),
+    (
+        13,
+        "overlap_history",
+        include_str!("../migrations/0013_overlap_history.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -471,8 +471,37 @@ fn expired_candidates(
         .map_err(db_err)
 }
 
-/// Claims of overlap-constrained occurrences, each decided with the state of its schedule's
-/// other occurrences (the single writer makes this atomic).
+/// For one candidate (`?1` its schedule, `?2` its seq, `?3` its priority, `?4` its
+/// availability), the history facts of [`fence::OverlapFacts`] and whether another runs now:
+/// had another occurrence of the schedule been claimed by `?4` and was it still running then;
+/// was one ahead of it in claim order (priority, availability, seq) due by `?4` and not
+/// claimed then (still pending, or claimed later: running now, or finished after `?4`); does
+/// another run now. Each `EXISTS` is a seek in a partial index of the schedule's constrained
+/// occurrences (running, pending, or claimed-once by finish instant), then the short range of
+/// runs that ended since the candidate came due.
+pub const OVERLAP_STATE: &str = "SELECT
+    EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule
+                 WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
+               AND seq <> ?2 AND claimed_at <= ?4)
+    OR EXISTS (SELECT 1 FROM occurrences
+                WHERE schedule_id = ?1 AND overlap <> 0 AND claimed_at IS NOT NULL
+                  AND finished_at > ?4 AND claimed_at <= ?4 AND seq <> ?2),
+    EXISTS (SELECT 1 FROM occurrences
+             WHERE schedule_id = ?1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
+               AND available_at <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2))))
+    OR EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule
+                 WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
+                  AND claimed_at > ?4 AND available_at <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2))))
+    OR EXISTS (SELECT 1 FROM occurrences
+                WHERE schedule_id = ?1 AND overlap <> 0 AND claimed_at IS NOT NULL
+                  AND finished_at > ?4 AND claimed_at > ?4 AND available_at <= ?4 AND seq <> ?2
+                  AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2)))),
+    EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule
+                 WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> ?2)";
+
+/// Claims of overlap-constrained occurrences, each decided with what its schedule's other
+/// occurrences did when it came due and do now ([`fence::overlap_decision`]; the single writer
+/// makes this atomic).
 fn claim_constrained(
     c: &Connection,
     p: &OccurrenceClaim,
@@ -494,17 +523,24 @@ fn claim_constrained(
             // The run itself is being retried after its lease expired.
             fence::OverlapDecision::Claim
         } else {
-            let running: bool = c
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM occurrences
-                      WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> ?2)",
-                )
-                .and_then(|mut s| s.query_row(params![schedule, seq], |r| r.get(0)))
+            let (ran_at_due, waited_at_due, running): (bool, bool, bool) = c
+                .prepare_cached(OVERLAP_STATE)
+                .and_then(|mut s| {
+                    s.query_row(params![schedule, seq, cand.priority, cand.row.5], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                })
                 .map_err(db_err)?;
             fence::overlap_decision(
                 Overlap::from_code(cand.overlap),
-                running,
-                waiting.contains(&schedule),
+                fence::OverlapFacts {
+                    ran_at_due,
+                    waited_at_due,
+                    running,
+                    // The candidates come in claim order, and the single writer decides them
+                    // all: one ahead waits now only if this claim left it waiting.
+                    earlier_waiting: waiting.contains(&schedule),
+                },
             )
         };
         match decision {

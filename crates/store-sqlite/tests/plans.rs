@@ -4,11 +4,10 @@
 use rusqlite::Connection;
 
 fn plan(c: &Connection, sql: &str) -> String {
-    let n = sql.matches('?').count();
-    let params: Vec<i64> = vec![1; n];
     let mut stmt = c
         .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
         .expect("prepare");
+    let params: Vec<i64> = vec![1; stmt.parameter_count()];
     let rows = stmt
         .query_map(rusqlite::params_from_iter(params), |r| {
             r.get::<_, String>(3)
@@ -72,4 +71,18 @@ fn hot_statements_use_their_indexes() {
         );
         assert!(!range.contains("TEMP B-TREE"), "{range}");
     }
+    // The constrained claim's overlap question: each part a seek in a partial index of the
+    // schedule's constrained occurrences (running, pending, claimed-once by finish instant),
+    // never the schedule's whole history.
+    let overlap = plan(&c, campanile_store_sqlite::OVERLAP_STATE);
+    eprintln!("overlap: {overlap}");
+    for index in [
+        "occurrences_running_schedule (schedule_id=?)",
+        "occurrences_pending_constrained_schedule (schedule_id=?",
+        "occurrences_finished_constrained_schedule (schedule_id=? AND finished_at>?)",
+    ] {
+        assert!(overlap.contains(index), "{index}: {overlap}");
+    }
+    assert!(!overlap.contains("occurrences_schedule "), "{overlap}");
+    assert!(!overlap.contains("SCAN occurrences"), "{overlap}");
 }

@@ -256,49 +256,90 @@ pub enum OverlapDecision {
     Skip,
 }
 
-/// Decides an overlap-constrained candidate, given whether another occurrence of its
-/// schedule is running and whether an earlier one is already waiting.
-pub fn overlap_decision(
-    policy: campanile_core::Overlap,
-    running: bool,
-    earlier_waiting: bool,
-) -> OverlapDecision {
+/// What a claim knows about an overlap-constrained candidate's schedule: what its other
+/// occurrences did when this one came due (its `available_at`, read from their recorded
+/// `claimed_at` and `finished_at`), and what they do now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OverlapFacts {
+    /// Another occurrence had been claimed by then and was still running then.
+    pub ran_at_due: bool,
+    /// One ahead of it in claim order was due by then and had not been claimed then (it is
+    /// still pending, or it was claimed later).
+    pub waited_at_due: bool,
+    /// Another occurrence is running now.
+    pub running: bool,
+    /// One ahead of it in claim order is due and pending now.
+    pub earlier_waiting: bool,
+}
+
+/// Decides an overlap-constrained candidate. A skip follows only from what happened when the
+/// candidate came due, so any claim, however late (a lone worker that claims only after its
+/// run has ended), decides it the same; whether it runs now or waits follows from now.
+///
+/// - `SKIP_IF_RUNNING`: skipped when another run was in progress at its due time.
+/// - `QUEUE_ONE`: skipped when another run was in progress and another one already waited at
+///   its due time (it would have been the second in line).
+/// - Otherwise it waits while another one runs or one ahead of it waits, and is claimed when
+///   neither holds: occurrences that all came due while nothing ran (a backlog after a pause)
+///   run one after the other.
+pub fn overlap_decision(policy: campanile_core::Overlap, f: OverlapFacts) -> OverlapDecision {
     use campanile_core::Overlap;
-    match (policy, running, earlier_waiting) {
-        (_, false, false) => OverlapDecision::Claim,
-        // Nothing runs but an earlier one waits: it goes first, and this one is decided by a
-        // later claim, when it may be the one left waiting (never skipped while nothing runs).
-        (_, false, true) => OverlapDecision::Wait,
-        (Overlap::SkipIfRunning, true, _) => OverlapDecision::Skip,
-        (Overlap::QueueOne, true, false) => OverlapDecision::Wait,
-        (Overlap::QueueOne, true, true) => OverlapDecision::Skip,
-        (_, true, _) => OverlapDecision::Claim,
+    let skip = match policy {
+        Overlap::SkipIfRunning => f.ran_at_due,
+        Overlap::QueueOne => f.ran_at_due && f.waited_at_due,
+        _ => false,
+    };
+    if skip {
+        OverlapDecision::Skip
+    } else if policy != Overlap::Allow && (f.running || f.earlier_waiting) {
+        OverlapDecision::Wait
+    } else {
+        OverlapDecision::Claim
     }
 }
 
 #[cfg(test)]
 mod overlap_tests {
-    use super::{OverlapDecision::*, overlap_decision};
+    use super::{OverlapDecision::*, OverlapFacts, overlap_decision};
     use campanile_core::Overlap::*;
 
     #[test]
     fn overlap_decisions() {
-        for (policy, running, earlier, want) in [
-            (SkipIfRunning, false, false, Claim),
-            (SkipIfRunning, true, false, Skip),
-            (SkipIfRunning, true, true, Skip),
-            (SkipIfRunning, false, true, Wait),
-            (QueueOne, false, false, Claim),
-            (QueueOne, true, false, Wait),
-            (QueueOne, true, true, Skip),
+        let f = |ran_at_due, waited_at_due, running, earlier_waiting| OverlapFacts {
+            ran_at_due,
+            waited_at_due,
+            running,
+            earlier_waiting,
+        };
+        for (policy, facts, want) in [
+            // Nothing ran or waited when it came due, nothing runs or waits now.
+            (SkipIfRunning, f(false, false, false, false), Claim),
+            (QueueOne, f(false, false, false, false), Claim),
+            // A run was in progress when it came due: skipped, even if that run has ended
+            // since (the claim came late).
+            (SkipIfRunning, f(true, false, true, false), Skip),
+            (SkipIfRunning, f(true, false, false, false), Skip),
+            // It came due while nothing ran, but something runs now (the backlog of a pause):
+            // it waits its turn.
+            (SkipIfRunning, f(false, false, true, false), Wait),
+            (SkipIfRunning, f(false, true, false, true), Wait),
+            // QUEUE_ONE: the first to come due behind a run waits, and is claimed once the
+            // run has ended, however late the claim.
+            (QueueOne, f(true, false, true, false), Wait),
+            (QueueOne, f(true, false, false, false), Claim),
+            // The second behind a run is skipped, whether or not the first is still waiting.
+            (QueueOne, f(true, true, true, true), Skip),
+            (QueueOne, f(true, true, false, false), Skip),
             // An earlier one waits while nothing runs (a claim could not lock it): this one is
             // left for a later claim, not skipped.
-            (QueueOne, false, true, Wait),
+            (QueueOne, f(false, true, false, true), Wait),
+            (QueueOne, f(false, false, false, true), Wait),
+            (Allow, f(true, true, true, true), Claim),
         ] {
             assert_eq!(
-                overlap_decision(policy, running, earlier),
+                overlap_decision(policy, facts),
                 want,
-                "{policy:?} running={running} earlier_waiting={earlier}"
+                "{policy:?} {facts:?}"
             );
         }
     }

@@ -1007,6 +1007,95 @@ pub fn constrained_lease_expiry_is_reclaimed(rt: &Runtime, h: Harness) {
     });
 }
 
+/// A lone worker that claims only once its run has ended never finds the previous run
+/// `RUNNING`, yet the overlap policies hold: they are decided from what the schedule's runs did
+/// when each occurrence came due (recorded claim and finish instants), not from their state
+/// when a claim happens to look. Occurrences every 2 s, runs of 7 s: `SKIP_IF_RUNNING` runs
+/// every fourth and skips the ones that came due during a run; `QUEUE_ONE` runs the first to
+/// come due behind each run and skips the rest, so the lag stays under one run. Occurrences
+/// that all came due while nothing ran (a backlog) run one after the other, none skipped.
+pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        use campanile_core::Overlap::{QueueOne, SkipIfRunning};
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let offset = |t: jiff::Timestamp| (t.as_millisecond() - T0) / 1000;
+        for (queue, overlap, dues, first_claim, want) in [
+            (
+                "skip",
+                SkipIfRunning,
+                (0..=40).step_by(2).collect::<Vec<i64>>(),
+                0,
+                vec![(0, 0), (8, 8), (16, 16), (24, 24), (32, 32), (40, 40)],
+            ),
+            (
+                "one",
+                QueueOne,
+                (0..=40).step_by(2).collect(),
+                0,
+                vec![
+                    (0, 0),
+                    (2, 7),
+                    (8, 14),
+                    (14, 21),
+                    (22, 28),
+                    (28, 35),
+                    (36, 42),
+                ],
+            ),
+            (
+                "backlog",
+                SkipIfRunning,
+                vec![0, 2, 4],
+                10,
+                vec![(0, 10), (2, 17), (4, 24)],
+            ),
+        ] {
+            let schedule = new_schedule(s, f.tenant, queue).await;
+            let items = dues
+                .iter()
+                .map(|&d| NewOccurrence {
+                    schedule_id: schedule,
+                    overlap,
+                    ..new_occ(&f, queue, secs(d), 3)
+                })
+                .collect();
+            insert(s, &f, items).await;
+            // One worker: it claims one occurrence at a time, only when it has nothing to run
+            // (right after its report, else once a second), and each run takes 7 s.
+            let (mut now, mut runs) = (first_claim, Vec::new());
+            while now <= 60 {
+                let got = claim(s, &f, queue, "lone", 1, 30, secs(now)).await;
+                let Some(c) = got.first() else {
+                    now += 1;
+                    continue;
+                };
+                runs.push((offset(c.scheduled_for), now));
+                now += 7;
+                let ack = finish(s, &f, "lone", c.id, c.epoch, ok("done"), secs(now)).await;
+                assert!(ack.accepted(), "{ack:?}");
+            }
+            assert_eq!(runs, want, "{queue}: (due, claimed at) of each run");
+            let all = schedule_occurrences(s, f.tenant, schedule).await;
+            assert_eq!(all.len(), dues.len(), "{queue}: every row stays");
+            for o in &all {
+                let ran = runs.iter().any(|&(d, _)| d == offset(o.scheduled_for));
+                let expect = if ran {
+                    OccurrenceState::Succeeded
+                } else {
+                    OccurrenceState::SkippedOverlap
+                };
+                assert_eq!(
+                    o.state,
+                    expect,
+                    "{queue}: due at {}",
+                    offset(o.scheduled_for)
+                );
+            }
+        }
+    });
+}
+
 /// Tenant classes (the label of the lag metrics): `default` until set, validated, at most
 /// `MAX_CLASSES` besides `default` — also when two admins add the last one at once.
 pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {
@@ -1098,10 +1187,10 @@ pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {
 }
 
 /// Eight claimers racing on one queue, round after round, never run two occurrences of a
-/// `SKIP_IF_RUNNING` or a `QUEUE_ONE` schedule at once (a hundred of each are due): the first
-/// claim runs one and records the others that came due meanwhile as skipped — `QUEUE_ONE`
-/// keeps one of them waiting, run once the first is finished — while the queue's
-/// unconstrained work runs side by side. Nothing is dropped: every row stays, on record.
+/// `SKIP_IF_RUNNING` or a `QUEUE_ONE` schedule at once. Each schedule's first occurrence runs,
+/// and a hundred more come due while it does: the racing claims record them all as skipped —
+/// `QUEUE_ONE` keeps the first of them waiting, run once the first run is finished — while the
+/// queue's unconstrained work runs side by side. Nothing is dropped: every row stays, on record.
 pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         let s = h.store.as_ref();
@@ -1109,28 +1198,14 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
         // More due rows of the two schedules than one claim locks as candidates (its room plus
         // 64), so that racing claimers split them.
         const DUE: usize = 100;
-        let skip = ScheduleId(Uuid::now_v7());
-        let one = ScheduleId(Uuid::now_v7());
-        for id in [skip, one] {
-            s.schedule_create(ScheduleCreate {
-                tenant: f.tenant,
-                id,
-                spec: spec("ovl"),
-                shard: 0,
-                next_run_at: None,
-                fires_per_hour: 0,
-                idempotency: None,
-                now: Some(at(0)),
-            })
-            .await
-            .unwrap();
-        }
+        let skip = new_schedule(s, f.tenant, "ovl").await;
+        let one = new_schedule(s, f.tenant, "ovl").await;
         let mut items = Vec::new();
         for (schedule_id, overlap) in [
             (skip, campanile_core::Overlap::SkipIfRunning),
             (one, campanile_core::Overlap::QueueOne),
         ] {
-            items.extend((1..=DUE as i64).map(|i| NewOccurrence {
+            items.extend((0..=DUE as i64).map(|i| NewOccurrence {
                 schedule_id,
                 overlap,
                 ..new_occ(&f, "ovl", at(i), 3)
@@ -1138,16 +1213,11 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
         }
         items.extend((1..=20).map(|i| new_occ(&f, "ovl", at(i), 3)));
         insert(s, &f, items).await;
+        // Each schedule's first occurrence runs from 0; the other hundred come due during it.
+        let first = claim(s, &f, "ovl", "p", 5, 600, at(0)).await;
+        assert_eq!(first.len(), 2, "{first:?}");
         let states = async |schedule: ScheduleId| {
-            let all = s
-                .occurrence_list(OccurrenceList {
-                    tenant: f.tenant,
-                    schedule_id: Some(schedule),
-                    limit: 1000,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            let all = schedule_occurrences(s, f.tenant, schedule).await;
             let mut n: std::collections::HashMap<OccurrenceState, usize> = Default::default();
             for o in all {
                 *n.entry(o.state).or_default() += 1;
@@ -1158,9 +1228,13 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
             n.get(&st).copied().unwrap_or(0)
         };
         let mut allowed = 0;
-        // Running after each round: SKIP_IF_RUNNING one, then none; QUEUE_ONE one, then the
-        // one it kept waiting, then none.
-        for (round, expect) in [(0, [1, 1]), (1, [0, 1]), (2, [0, 0])] {
+        // Claimed in each round and running after it: nothing (the first runs still run),
+        // then, once they have finished, the one QUEUE_ONE kept waiting, then nothing.
+        for (round, expect, running_after) in [
+            (0, [0, 0], [1, 1]),
+            (1, [0, 1], [0, 1]),
+            (2, [0, 0], [0, 0]),
+        ] {
             let now = secs(100 + round);
             let mut tasks = tokio::task::JoinSet::new();
             for w in 0..8 {
@@ -1186,22 +1260,31 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
             }
             let got: Vec<(String, Claimed)> =
                 tasks.join_all().await.into_iter().flatten().collect();
-            for ((name, schedule), running) in [("skip_if_running", skip), ("queue_one", one)]
-                .into_iter()
-                .zip(expect)
+            for (((name, schedule), claimed_want), running) in
+                [("skip_if_running", skip), ("queue_one", one)]
+                    .into_iter()
+                    .zip(expect)
+                    .zip(running_after)
             {
                 let claimed = got
                     .iter()
                     .filter(|(_, c)| c.schedule_id == schedule)
                     .count();
                 let n = states(schedule).await;
-                assert_eq!(claimed, running, "round {round}: {name} claimed, {n:?}");
+                assert_eq!(
+                    claimed, claimed_want,
+                    "round {round}: {name} claimed, {n:?}"
+                );
                 assert_eq!(
                     count(&n, OccurrenceState::Running),
                     running,
                     "round {round}: {name} running, {n:?}"
                 );
-                assert_eq!(n.values().sum::<usize>(), DUE, "{name}: every row stays");
+                assert_eq!(
+                    n.values().sum::<usize>(),
+                    DUE + 1,
+                    "{name}: every row stays"
+                );
             }
             allowed += got
                 .iter()
@@ -1212,6 +1295,12 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                 let ack = finish(s, &f, worker, c.id, c.epoch, ok("done"), now).await;
                 assert!(ack.accepted(), "{ack:?}");
             }
+            if round == 0 {
+                for c in &first {
+                    let ack = finish(s, &f, "p", c.id, c.epoch, ok("done"), now).await;
+                    assert!(ack.accepted(), "{ack:?}");
+                }
+            }
         }
         // The unconstrained twenty ran, none twice; of the constrained, one and two ran and
         // the rest are on record as skipped.
@@ -1221,7 +1310,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
             assert_eq!(count(&n, OccurrenceState::Succeeded), ran, "{n:?}");
             assert_eq!(
                 count(&n, OccurrenceState::SkippedOverlap),
-                DUE - ran,
+                DUE + 1 - ran,
                 "{n:?}"
             );
         }

@@ -52,6 +52,7 @@ macro_rules! conformance_tests {
             relay_lease_expiry_hands_over_and_fences_the_stale_relay,
             relay_retries_settles_cancels_and_reopens_on_redrive,
             attempt_history_records_every_attempt_exactly, constrained_lease_expiry_is_reclaimed,
+            a_lone_worker_keeps_overlap_policies,
             simultaneous_claimers_and_reporters_keep_their_own_terms,
             renewals_and_reports_of_the_same_leases_never_deadlock,
             claims_and_renewals_without_a_lease_grant_each_occurrences_own,
@@ -118,6 +119,12 @@ pub(crate) async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixtu
         .await
         .expect("tenant")
         .id;
+    let schedule = new_schedule(store, tenant, queue).await;
+    Fixture { tenant, schedule }
+}
+
+/// A new schedule of `tenant` (the spec of [`spec`]) to hang occurrences on.
+pub(crate) async fn new_schedule(store: &dyn Store, tenant: TenantId, queue: &str) -> ScheduleId {
     let schedule = ScheduleId(Uuid::now_v7());
     store
         .schedule_create(ScheduleCreate {
@@ -132,7 +139,24 @@ pub(crate) async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixtu
         })
         .await
         .expect("schedule");
-    Fixture { tenant, schedule }
+    schedule
+}
+
+/// Every occurrence of `schedule`, in the list's order.
+pub(crate) async fn schedule_occurrences(
+    store: &dyn Store,
+    tenant: TenantId,
+    schedule: ScheduleId,
+) -> Vec<Occurrence> {
+    store
+        .occurrence_list(OccurrenceList {
+            tenant,
+            schedule_id: Some(schedule),
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
 }
 
 pub(crate) fn new_occ(
