@@ -78,9 +78,9 @@ pub struct Claimed {
     pub lease_until: Timestamp,
     /// Attempt number.
     pub attempt: u32,
-    /// Payload.
+    /// The schedule's payload, exactly as stored.
     #[serde(default)]
-    pub payload: Option<Value>,
+    pub payload: Option<crate::Payload>,
 }
 
 /// One renewal result.
@@ -156,6 +156,19 @@ impl Client {
         body: Option<Value>,
         headers: &[(&str, &str)],
     ) -> Result<T, SdkError> {
+        self.send_text(method, path, body.map(|b| b.to_string()), headers)
+            .await
+    }
+
+    /// [`Client::send`] with the body as JSON text (a definition whose payload is kept as
+    /// written).
+    async fn send_text<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+        headers: &[(&str, &str)],
+    ) -> Result<T, SdkError> {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -164,7 +177,9 @@ impl Client {
             req = req.header(*k, *v);
         }
         if let Some(b) = body {
-            req = req.json(&b);
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b);
         }
         let resp = req
             .send()
@@ -201,21 +216,22 @@ impl Client {
     /// # Errors
     ///
     /// [`SdkError::Api`] with `validation_failed` for a bad definition, and the others.
-    pub async fn create_schedule(
+    ///
+    /// The definition is anything that serializes to the API's JSON: a `serde_json::Value`, or
+    /// your own struct, whose payload may be a `serde_json::value::RawValue` to keep numbers a
+    /// `Value` would round (`12345678901234567890123`).
+    pub async fn create_schedule<D: Serialize + ?Sized>(
         &self,
-        definition: &Value,
+        definition: &D,
         idempotency_key: Option<&str>,
     ) -> Result<Value, SdkError> {
         let headers: Vec<(&str, &str)> = idempotency_key
             .map(|k| vec![("idempotency-key", k)])
             .unwrap_or_default();
-        self.send(
-            Method::POST,
-            "/v1/schedules",
-            Some(definition.clone()),
-            &headers,
-        )
-        .await
+        let body = serde_json::to_string(definition)
+            .map_err(|e| SdkError::Config(format!("schedule definition: {e}")))?;
+        self.send_text(Method::POST, "/v1/schedules", Some(body), &headers)
+            .await
     }
 
     /// `GET /v1/schedules/{id}`.

@@ -61,8 +61,9 @@ pub struct Job {
     pub scheduled_for: Timestamp,
     /// Attempt number (1-based).
     pub attempt: u32,
-    /// The schedule's payload.
-    pub payload: Option<Value>,
+    /// The schedule's payload, exactly as stored: `job.payload.as_ref().map(|p|
+    /// p.parse::<MyPayload>())` reads it as your own type, every digit kept.
+    pub payload: Option<crate::Payload>,
     cancel: watch::Receiver<bool>,
 }
 

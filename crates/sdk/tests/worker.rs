@@ -153,7 +153,11 @@ async fn each_report_claims_its_successor() {
         worker
             .run(
                 |job: Job| async move {
-                    match job.payload.as_ref().and_then(|p| p["i"].as_u64()) {
+                    match job
+                        .payload
+                        .as_ref()
+                        .and_then(|p| p.parse::<Value>().ok()?["i"].as_u64())
+                    {
                         Some(i) if i % 10 == 3 => Err(JobError::Permanent(format!("no {i}"))),
                         _ => Ok(json!({"ok": true})),
                     }
@@ -270,4 +274,77 @@ async fn a_server_that_takes_no_claim_with_reports_still_gets_every_outcome() {
     let worker = Worker::new(api.client.clone(), config(2));
     let report = succeed_all(&api, worker, 6).await;
     assert_eq!((report.completed, report.refused), (6, 0), "{report:?}");
+}
+
+/// A payload reaches the handler as it was written, digit for digit, also when the schedule
+/// was created through the client from the caller's own definition type: numbers no `f64`
+/// holds are not rounded on the way. (Not `1e400` here: the client answers a create with the
+/// schedule as a `serde_json::Value`, which cannot hold it; the API test
+/// `payloads_and_results_keep_every_digit` covers it over HTTP, and `Payload`'s unit test in
+/// the handler's type.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_reach_handlers_digit_for_digit() {
+    #[derive(serde::Serialize)]
+    struct Definition<'a> {
+        queue: &'a str,
+        at: String,
+        payload: &'a serde_json::value::RawValue,
+    }
+    let api = api().await;
+    let text = r#"{"n":12345678901234567890123,"d":0.1000000000000000000000001}"#;
+    let payload = serde_json::value::RawValue::from_string(text.into()).unwrap();
+    api.client
+        .create_schedule(
+            &Definition {
+                queue: "q",
+                at: (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1)).to_string(),
+                payload: &payload,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let mut cfg = PlannerConfig::new("test");
+    cfg.shards = ServerConfig::default().shards;
+    Planner::new(api.store.clone(), cfg)
+        .tick(Some(
+            jiff::Timestamp::now() + jiff::SignedDuration::from_secs(5),
+        ))
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let worker = Worker::new(api.client.clone(), config(1));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let got = seen.clone();
+    let run = tokio::spawn(async move {
+        worker
+            .run(
+                move |job: Job| {
+                    let got = got.clone();
+                    async move {
+                        #[derive(serde::Deserialize)]
+                        struct P {
+                            n: u128,
+                        }
+                        let p = job.payload.expect("a payload");
+                        assert_eq!(p.parse::<P>().unwrap().n, 12_345_678_901_234_567_890_123);
+                        got.lock().unwrap().push(p.as_str().to_owned());
+                        Ok::<_, JobError>(json!({"ok": true}))
+                    }
+                },
+                stopped,
+            )
+            .await
+    });
+    let ran = async {
+        while seen.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), ran)
+        .await
+        .expect("the occurrence runs");
+    stop.send(true).unwrap();
+    run.await.unwrap().unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![text.to_owned()]);
 }

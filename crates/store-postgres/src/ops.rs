@@ -188,9 +188,10 @@ pub(crate) async fn insert_occurrences<C: GenericClient>(
             tx,
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
                  queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at, finished_at, overlap,
-                 lease_ms)
+                 lease_ms, due_at)
              SELECT u.id, $1, u.sid, u.ver, u.sf, u.av, u.q, u.pr, u.st, u.ma, u.bi, u.bm, $2::int8,
-                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END, u.ov, u.lease
+                    CASE WHEN u.st = 'READY' THEN NULL ELSE $2::int8 END, u.ov, u.lease,
+                    CASE WHEN u.ov <> 0 THEN u.av END
                FROM unnest($3::uuid[], $4::uuid[], $5::int4[], $6::int8[], $7::int8[], $8::text[],
                            $9::int4[], $10::text[], $11::int4[], $12::int8[], $13::int8[], $14::int4[],
                            $15::int8[])
@@ -714,30 +715,37 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
 });
 
 /// For one candidate (`$1` its schedule, `$2` its seq, `$3` its priority, `$4` its
-/// availability, `$5` now), with its schedule's row locked, the facts of
-/// [`fence::OverlapFacts`], in its order: had another occurrence of the schedule been claimed
-/// by `$4` and was it still running then; was one ahead of it in claim order (priority, then
-/// availability, then seq) due by `$4` and not claimed then; does another run now; is one
-/// ahead of it due and waiting now. Read from the database, so that a decision sees what
-/// earlier claims (and this one) decided, not only this claim's own list. A run claimed after
-/// `$4` is running now or finished after `$4`, so "then" needs only three partial indexes of
-/// the schedule's constrained occurrences: running, pending, and claimed-once by finish
-/// instant (the short range of runs that ended since the candidate came due).
-const OVERLAP_STATE: &str = "SELECT
+/// availability — when it came due, `$5` now), with its schedule's row locked, the facts of
+/// [`fence::OverlapFacts`], in its order:
+/// - had another occurrence of the schedule been claimed by `$4` and was it still running
+///   then (`RUNNING` now under a lease that had not ended by `$4`, or its last run, from
+///   `claimed_at` to `ran_until`, spans `$4`);
+/// - had one ahead of it (priority, then the instant it first came due, `due_at`, then seq)
+///   come due by `$4` and not been claimed by then (pending now and due by then, or claimed
+///   after `$4`: running now, or its last run ended after `$4`);
+/// - does another run now; is one ahead of it in claim order due and waiting now.
+///
+/// Read from the database, so that a decision sees what earlier claims (and this one)
+/// decided, not only this claim's own list. Each `EXISTS` is a seek in a partial index of the
+/// schedule's constrained occurrences — running, pending in claim order, or by `ran_until`
+/// (the short range of runs that ended since the candidate came due).
+const OVERLAP_STATE: &str = "WITH x AS (SELECT COALESCE(due_at, available_at) AS due FROM occurrences WHERE seq = $2)
+SELECT
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0
-               AND seq <> $2 AND claimed_at <= $4)
+               AND seq <> $2 AND claimed_at <= $4 AND lease_until > $4)
     OR EXISTS (SELECT 1 FROM occurrences
-                WHERE schedule_id = $1 AND overlap <> 0 AND claimed_at IS NOT NULL
-                  AND finished_at > $4 AND claimed_at <= $4 AND seq <> $2),
+                WHERE schedule_id = $1 AND overlap <> 0 AND ran_until IS NOT NULL
+                  AND ran_until > $4 AND claimed_at <= $4 AND seq <> $2),
     EXISTS (SELECT 1 FROM occurrences
              WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
-               AND available_at <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))
+               AND available_at <= $4 AND seq <> $2
+               AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))
     OR EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0
-                  AND claimed_at > $4 AND available_at <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))
+                  AND claimed_at > $4 AND COALESCE(due_at, available_at) <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), $2))))
     OR EXISTS (SELECT 1 FROM occurrences
-                WHERE schedule_id = $1 AND overlap <> 0 AND claimed_at IS NOT NULL
-                  AND finished_at > $4 AND claimed_at > $4 AND available_at <= $4 AND seq <> $2
-                  AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2)))),
+                WHERE schedule_id = $1 AND overlap <> 0 AND ran_until IS NOT NULL
+                  AND ran_until > $4 AND claimed_at > $4 AND COALESCE(due_at, available_at) <= $4
+                  AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), $2)))),
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2),
     EXISTS (SELECT 1 FROM occurrences
              WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
@@ -1084,7 +1092,8 @@ const FINISH_SUCCESSES: &str = "
                 FOR UPDATE OF o),
          upd AS (
              UPDATE occurrences o
-                SET state = 'SUCCEEDED', result = COALESCE(cur.result, o.result), finished_at = clk.now
+                SET state = 'SUCCEEDED', result = COALESCE(cur.result, o.result), finished_at = clk.now,
+                    ran_until = clk.now
                FROM cur, clk
               WHERE o.seq = cur.seq AND cur.state = 'RUNNING' AND cur.owner = cur.worker AND cur.epoch = cur.sent
                 AND cur.lease_until > clk.now
@@ -1371,7 +1380,7 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
             "UPDATE occurrences o
                 SET state = u.state, result = COALESCE(u.result, o.result), available_at = u.available_at,
                     finished_at = u.finished_at, last_error_class = COALESCE(u.class, o.last_error_class),
-                    last_error = COALESCE(u.message, o.last_error)
+                    last_error = COALESCE(u.message, o.last_error), ran_until = $10
                FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], $8::text[])
                     AS u(seq, epoch, state, result, available_at, finished_at, class, message)
               WHERE o.seq = u.seq AND o.state = 'RUNNING' AND o.owner = $9 AND o.epoch = u.epoch
@@ -1473,6 +1482,7 @@ pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ac
         c,
         "WITH upd AS (
              UPDATE occurrences SET state = 'READY', attempts = 0, available_at = $3, finished_at = NULL,
+                    due_at = CASE WHEN overlap <> 0 THEN $3::int8 END,
                     cancel_requested = false
               WHERE id = $1 AND tenant_id = $2 AND state = 'DEAD'
              RETURNING id),
@@ -1543,7 +1553,7 @@ static LEASE_SWEEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                     finished_at = CASE WHEN exp.canceled OR exp.dead THEN $1 ELSE o.finished_at END,
                     available_at = CASE WHEN exp.canceled OR exp.dead THEN o.available_at
                                         ELSE GREATEST(o.available_at, exp.lease_until) END,
-                    last_error = 'lease expired'
+                    last_error = 'lease expired', ran_until = exp.lease_until
                FROM exp WHERE o.seq = exp.seq
              RETURNING exp.dead, exp.canceled),
          att AS (
@@ -1897,7 +1907,7 @@ mod plan_tests {
         eprintln!("overlap state:\n{plan}");
         for index in [
             "occurrences_pending_constrained_schedule",
-            "occurrences_finished_constrained_schedule",
+            "occurrences_ran_constrained_schedule",
         ] {
             assert!(plan.contains(index), "overlap state, {index}:\n{plan}");
         }

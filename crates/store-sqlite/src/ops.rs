@@ -147,8 +147,9 @@ pub(crate) fn insert_occurrences(
         .prepare_cached(
             "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
                  queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms,
-                 created_at, finished_at, overlap, lease_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                 created_at, finished_at, overlap, lease_ms, due_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     CASE WHEN ?15 <> 0 THEN ?6 END)
              ON CONFLICT DO NOTHING",
         )
         .map_err(db_err)?;
@@ -472,32 +473,28 @@ fn expired_candidates(
 }
 
 /// For one candidate (`?1` its schedule, `?2` its seq, `?3` its priority, `?4` its
-/// availability), the history facts of [`fence::OverlapFacts`] and whether another runs now:
-/// had another occurrence of the schedule been claimed by `?4` and was it still running then;
-/// was one ahead of it in claim order (priority, availability, seq) due by `?4` and not
-/// claimed then (still pending, or claimed later: running now, or finished after `?4`); does
-/// another run now. Each `EXISTS` is a seek in a partial index of the schedule's constrained
-/// occurrences (running, pending, or claimed-once by finish instant), then the short range of
-/// runs that ended since the candidate came due.
-pub const OVERLAP_STATE: &str = "SELECT
-    EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule
-                 WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
-               AND seq <> ?2 AND claimed_at <= ?4)
+/// availability — when it came due), the history facts of [`fence::OverlapFacts`] and
+/// whether another runs now, as PostgreSQL's `OVERLAP_STATE` reads them (see there). The
+/// running index is named: with no statistics, SQLite's planner preferred the `ran_until`
+/// index for "running", which holds the schedule's whole history.
+pub const OVERLAP_STATE: &str = "WITH x AS (SELECT COALESCE(due_at, available_at) AS due FROM occurrences WHERE seq = ?2)
+SELECT
+    EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
+               AND seq <> ?2 AND claimed_at <= ?4 AND lease_until > ?4)
     OR EXISTS (SELECT 1 FROM occurrences
-                WHERE schedule_id = ?1 AND overlap <> 0 AND claimed_at IS NOT NULL
-                  AND finished_at > ?4 AND claimed_at <= ?4 AND seq <> ?2),
+                WHERE schedule_id = ?1 AND overlap <> 0 AND ran_until IS NOT NULL
+                  AND ran_until > ?4 AND claimed_at <= ?4 AND seq <> ?2),
     EXISTS (SELECT 1 FROM occurrences
              WHERE schedule_id = ?1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
-               AND available_at <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2))))
-    OR EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule
-                 WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
-                  AND claimed_at > ?4 AND available_at <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2))))
+               AND available_at <= ?4 AND seq <> ?2
+               AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2))))
+    OR EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
+                  AND claimed_at > ?4 AND COALESCE(due_at, available_at) <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), ?2))))
     OR EXISTS (SELECT 1 FROM occurrences
-                WHERE schedule_id = ?1 AND overlap <> 0 AND claimed_at IS NOT NULL
-                  AND finished_at > ?4 AND claimed_at > ?4 AND available_at <= ?4 AND seq <> ?2
-                  AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2)))),
-    EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule
-                 WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> ?2)";
+                WHERE schedule_id = ?1 AND overlap <> 0 AND ran_until IS NOT NULL
+                  AND ran_until > ?4 AND claimed_at > ?4 AND COALESCE(due_at, available_at) <= ?4
+                  AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), ?2)))),
+    EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> ?2)";
 
 /// Claims of overlap-constrained occurrences, each decided with what its schedule's other
 /// occurrences did when it came due and do now ([`fence::overlap_decision`]; the single writer
@@ -928,7 +925,8 @@ fn finish_one(
     if let Finish::Succeeded { result } = &item.finish {
         let rows = c
             .prepare_cached(
-                "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2
+                "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2,
+                        ran_until = ?2
                   WHERE id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5
                     AND lease_until > ?2",
             )
@@ -959,7 +957,8 @@ fn finish_one(
         .prepare_cached(
             "UPDATE occurrences
                 SET state = ?1, result = COALESCE(?2, result), available_at = ?3, finished_at = ?4,
-                    last_error_class = COALESCE(?5, last_error_class), last_error = COALESCE(?6, last_error)
+                    last_error_class = COALESCE(?5, last_error_class), last_error = COALESCE(?6, last_error),
+                    ran_until = ?10
               WHERE seq = ?7 AND state = 'RUNNING' AND owner = ?8 AND epoch = ?9 AND lease_until > ?10",
         )
         .and_then(|mut s| {
@@ -1103,6 +1102,7 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
         .prepare_cached(
             "UPDATE occurrences
                 SET state = 'READY', attempts = 0, available_at = ?3, finished_at = NULL,
+                    due_at = CASE WHEN overlap <> 0 THEN ?3 END,
                     cancel_requested = 0
               WHERE id = ?1 AND tenant_id = ?2 AND state = 'DEAD'",
         )
@@ -1153,19 +1153,21 @@ pub(crate) fn lease_sweep(c: &Connection, limit: u32, now: i64) -> R<SweepReport
     let mut requeue = c
         .prepare_cached(
             "UPDATE occurrences SET state = 'READY', last_error = 'lease expired',
-                    available_at = MAX(available_at, lease_until)
+                    available_at = MAX(available_at, lease_until), ran_until = lease_until
               WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
         )
         .map_err(db_err)?;
     let mut bury = c
         .prepare_cached(
-            "UPDATE occurrences SET state = 'DEAD', finished_at = ?2, last_error = 'lease expired'
+            "UPDATE occurrences SET state = 'DEAD', finished_at = ?2, last_error = 'lease expired',
+                    ran_until = lease_until
               WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
         )
         .map_err(db_err)?;
     let mut cancel = c
         .prepare_cached(
-            "UPDATE occurrences SET state = 'CANCELED', finished_at = ?2, last_error = 'lease expired'
+            "UPDATE occurrences SET state = 'CANCELED', finished_at = ?2, last_error = 'lease expired',
+                    ran_until = lease_until
               WHERE seq = ?1 AND state = 'RUNNING' AND lease_until <= ?2",
         )
         .map_err(db_err)?;

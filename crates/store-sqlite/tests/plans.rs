@@ -72,14 +72,14 @@ fn hot_statements_use_their_indexes() {
         assert!(!range.contains("TEMP B-TREE"), "{range}");
     }
     // The constrained claim's overlap question: each part a seek in a partial index of the
-    // schedule's constrained occurrences (running, pending, claimed-once by finish instant),
+    // schedule's constrained occurrences (running, pending, runs by their end),
     // never the schedule's whole history.
     let overlap = plan(&c, campanile_store_sqlite::OVERLAP_STATE);
     eprintln!("overlap: {overlap}");
     for index in [
         "occurrences_running_schedule (schedule_id=?)",
         "occurrences_pending_constrained_schedule (schedule_id=?",
-        "occurrences_finished_constrained_schedule (schedule_id=? AND finished_at>?)",
+        "occurrences_ran_constrained_schedule (schedule_id=? AND ran_until>?)",
     ] {
         assert!(overlap.contains(index), "{index}: {overlap}");
     }

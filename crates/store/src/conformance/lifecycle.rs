@@ -1096,6 +1096,133 @@ pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
     });
 }
 
+/// The history an overlap decision reads is the runs themselves, each from its claim to its
+/// end — a failed attempt included, a retry that never ran again not: a run that failed still
+/// covered the occurrences that came due during it (`SKIP_IF_RUNNING` skips them); the one
+/// `QUEUE_ONE` kept waiting, claimed and then failed, still waited (the next is skipped); and
+/// an occurrence that waited to retry and was then canceled did not run until its cancel, so
+/// what came due meanwhile, while nothing ran, runs one after the other.
+pub fn overlap_history_is_the_runs_themselves(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        use campanile_core::Overlap::{QueueOne, SkipIfRunning};
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let offset = |t: jiff::Timestamp| (t.as_millisecond() - T0) / 1000;
+        let failed = || Finish::Failed {
+            class: ErrorClass::Transient,
+            message: "503 from upstream".into(),
+        };
+        let setup = async |queue: &str, overlap, dues: &[i64]| {
+            let schedule = new_schedule(s, f.tenant, queue).await;
+            let items = dues
+                .iter()
+                .map(|&d| NewOccurrence {
+                    schedule_id: schedule,
+                    overlap,
+                    ..new_occ(&f, queue, secs(d), 3)
+                })
+                .collect();
+            (schedule, insert(s, &f, items).await)
+        };
+        let state_of = async |schedule, due: i64| {
+            schedule_occurrences(s, f.tenant, schedule)
+                .await
+                .into_iter()
+                .find(|o| offset(o.scheduled_for) == due)
+                .map(|o| o.state)
+                .unwrap()
+        };
+
+        // A run from 0 that fails at 7: 2, 4 and 6 came due while it ran.
+        let (a, _) = setup("fails", SkipIfRunning, &[0, 2, 4, 6]).await;
+        let r = claim(s, &f, "fails", "lone", 1, 30, secs(0)).await;
+        assert_eq!(r.len(), 1);
+        let ack = finish(s, &f, "lone", r[0].id, r[0].epoch, failed(), secs(7)).await;
+        assert_eq!(ack.state, Some(OccurrenceState::RetryWait));
+        // The claim right after the report: whatever it takes (at most the retry, if its
+        // jitter made it due already), 2, 4 and 6 are skipped.
+        let got = claim(s, &f, "fails", "lone", 1, 30, secs(7)).await;
+        assert!(got.iter().all(|c| c.id == r[0].id), "{got:?}");
+        for due in [2, 4, 6] {
+            assert_eq!(
+                state_of(a, due).await,
+                OccurrenceState::SkippedOverlap,
+                "due at {due}"
+            );
+        }
+
+        // QUEUE_ONE: 0 runs until 7; 2 waits behind it and runs from 7, failing at 8; 4 and
+        // 6 came due while 0 ran and 2 waited: skipped, though 2 now waits to retry.
+        let (b, _) = setup("queued", QueueOne, &[0, 2, 4, 6]).await;
+        let first = claim(s, &f, "queued", "lone", 1, 30, secs(0)).await;
+        let ack = finish(
+            s,
+            &f,
+            "lone",
+            first[0].id,
+            first[0].epoch,
+            ok("done"),
+            secs(7),
+        )
+        .await;
+        assert!(ack.accepted(), "{ack:?}");
+        let second = claim(s, &f, "queued", "lone", 1, 30, secs(7)).await;
+        assert_eq!(
+            second
+                .iter()
+                .map(|c| offset(c.scheduled_for))
+                .collect::<Vec<_>>(),
+            vec![2]
+        );
+        let ack = finish(
+            s,
+            &f,
+            "lone",
+            second[0].id,
+            second[0].epoch,
+            failed(),
+            secs(8),
+        )
+        .await;
+        assert_eq!(ack.state, Some(OccurrenceState::RetryWait));
+        let got = claim(s, &f, "queued", "lone", 1, 30, secs(8)).await;
+        assert!(got.iter().all(|c| c.id == second[0].id), "{got:?}");
+        for due in [4, 6] {
+            assert_eq!(
+                state_of(b, due).await,
+                OccurrenceState::SkippedOverlap,
+                "due at {due}"
+            );
+        }
+
+        // A run from 0 fails at 1 and its retry is canceled at 9, unrun; 3, 4 and 5 came due
+        // while nothing ran: one after the other, none skipped.
+        let (c, ids) = setup("canceled", SkipIfRunning, &[0, 3, 4, 5]).await;
+        let r = claim(s, &f, "canceled", "lone", 1, 30, secs(0)).await;
+        let ack = finish(s, &f, "lone", r[0].id, r[0].epoch, failed(), secs(1)).await;
+        assert_eq!(ack.state, Some(OccurrenceState::RetryWait));
+        let ack = s
+            .occurrence_cancel(OccurrenceCancel {
+                tenant: f.tenant,
+                occurrence_id: ids[0],
+                now: Some(secs(9)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(ack.state, Some(OccurrenceState::Canceled), "{ack:?}");
+        let mut runs = Vec::new();
+        for now in 10..14 {
+            for got in claim(s, &f, "canceled", "lone", 1, 30, secs(now)).await {
+                runs.push((offset(got.scheduled_for), now));
+                let ack = finish(s, &f, "lone", got.id, got.epoch, ok("done"), secs(now + 1)).await;
+                assert!(ack.accepted(), "{ack:?}");
+            }
+        }
+        assert_eq!(runs, vec![(3, 10), (4, 11), (5, 12)]);
+        assert_eq!(state_of(c, 0).await, OccurrenceState::Canceled);
+    });
+}
+
 /// Tenant classes (the label of the lag metrics): `default` until set, validated, at most
 /// `MAX_CLASSES` besides `default` — also when two admins add the last one at once.
 pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {

@@ -52,7 +52,7 @@ macro_rules! conformance_tests {
             relay_lease_expiry_hands_over_and_fences_the_stale_relay,
             relay_retries_settles_cancels_and_reopens_on_redrive,
             attempt_history_records_every_attempt_exactly, constrained_lease_expiry_is_reclaimed,
-            a_lone_worker_keeps_overlap_policies,
+            a_lone_worker_keeps_overlap_policies, overlap_history_is_the_runs_themselves,
             simultaneous_claimers_and_reporters_keep_their_own_terms,
             renewals_and_reports_of_the_same_leases_never_deadlock,
             claims_and_renewals_without_a_lease_grant_each_occurrences_own,
