@@ -51,3 +51,25 @@ pub enum CalendarError {
     #[error("interval must be positive, got {0}")]
     NonPositiveInterval(String),
 }
+
+/// `text` as an error message quotes it: whole up to 64 characters, else its first 64 and an
+/// ellipsis, so that a refusal of a 100 kB name is not 100 kB long.
+pub fn echo(text: &str) -> String {
+    const MAX: usize = 64;
+    match text.char_indices().nth(MAX) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}…", &text[..end]),
+    }
+}
+
+#[cfg(test)]
+mod echo_tests {
+    #[test]
+    fn long_names_are_cut_short_in_messages() {
+        assert_eq!(super::echo("Europe/Paris"), "Europe/Paris");
+        let long = "é".repeat(100_000);
+        let quoted = super::echo(&long);
+        assert_eq!(quoted.chars().count(), 65);
+        assert!(quoted.ends_with('…'));
+    }
+}

@@ -38,5 +38,5 @@ mod zone;
 
 pub use calendar::{Calendar, Fire, FireNote, IterAfter};
 pub use cron::{CronExpr, Field};
-pub use error::CalendarError;
+pub use error::{CalendarError, echo};
 pub use zone::{DstFold, DstGap, DstPolicy, Zone};

@@ -81,7 +81,8 @@ impl std::str::FromStr for DstGap {
             "skip" => Ok(DstGap::Skip),
             "shift" => Ok(DstGap::Shift),
             other => Err(format!(
-                "unknown dst gap policy '{other}': expected skip or shift"
+                "unknown dst gap policy '{}': expected skip or shift",
+                crate::error::echo(other)
             )),
         }
     }
@@ -94,7 +95,8 @@ impl std::str::FromStr for DstFold {
             "once" => Ok(DstFold::Once),
             "twice" => Ok(DstFold::Twice),
             other => Err(format!(
-                "unknown dst fold policy '{other}': expected once or twice"
+                "unknown dst fold policy '{}': expected once or twice",
+                crate::error::echo(other)
             )),
         }
     }
@@ -125,10 +127,10 @@ impl Zone {
     pub fn get(name: &str) -> Result<Zone, CalendarError> {
         let trimmed = name.trim();
         if trimmed.is_empty() {
-            return Err(CalendarError::UnknownZone(name.to_string()));
+            return Err(CalendarError::UnknownZone(crate::error::echo(name)));
         }
-        let tz =
-            TimeZone::get(trimmed).map_err(|_| CalendarError::UnknownZone(name.to_string()))?;
+        let tz = TimeZone::get(trimmed)
+            .map_err(|_| CalendarError::UnknownZone(crate::error::echo(name)))?;
         let name = tz.iana_name().unwrap_or(trimmed).to_string();
         Ok(Zone { name, tz })
     }

@@ -92,7 +92,7 @@ impl UnknownName {
     pub fn new(kind: &'static str, name: &str, expected: &'static str) -> UnknownName {
         UnknownName {
             kind,
-            name: name.to_string(),
+            name: campanile_calendar::echo(name),
             expected,
         }
     }
@@ -112,7 +112,7 @@ impl FromStr for OccurrenceState {
             .find(|st| st.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| UnknownName {
                 kind: "occurrence state",
-                name: s.to_string(),
+                name: campanile_calendar::echo(s),
                 expected: "SCHEDULED, READY, RUNNING, SUCCEEDED, RETRY_WAIT, DEAD, MISSED, \
                            CANCELED, SKIPPED_OVERLAP",
             })

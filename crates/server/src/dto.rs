@@ -207,8 +207,9 @@ impl ScheduleInput {
                 // interval is exact, so days (which DST makes 23 or 25 hours) are not
                 // accepted: a daily job at a local time is a cron schedule.
                 ApiError::invalid(format!(
-                    "every: '{text}' is not a duration in hours, minutes and seconds (e.g. 90s, \
-                     1h 30m, 24h, PT15M); for a time of day in a zone, use cron"
+                    "every: '{}' is not a duration in hours, minutes and seconds (e.g. 90s, \
+                     1h 30m, 24h, PT15M); for a time of day in a zone, use cron",
+                    campanile_calendar::echo(text)
                 ))
             })?;
             if period < SignedDuration::from_secs(1) {
@@ -264,7 +265,8 @@ impl ScheduleInput {
                     },
                     other => {
                         return Err(ApiError::invalid(format!(
-                            "misfire.policy '{other}': expected skip, fire_once or catchup"
+                            "misfire.policy '{}': expected skip, fire_once or catchup",
+                            campanile_calendar::echo(other)
                         )));
                     }
                 }

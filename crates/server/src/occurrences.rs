@@ -65,9 +65,12 @@ pub(crate) struct ListQuery {
 }
 
 fn instant(name: &str, s: &str) -> Result<Timestamp, ApiError> {
-    let t = s
-        .parse()
-        .map_err(|e| ApiError::invalid(format!("{name} '{s}' is not an RFC 3339 instant: {e}")))?;
+    let t = s.parse().map_err(|e| {
+        ApiError::invalid(format!(
+            "{name} '{}' is not an RFC 3339 instant: {e}",
+            campanile_calendar::echo(s)
+        ))
+    })?;
     crate::dto::rfc3339_instant(name, t)
 }
 

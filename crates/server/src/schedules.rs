@@ -239,7 +239,8 @@ pub(crate) async fn list(
         .map(|s| {
             ScheduleState::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
                 ApiError::invalid(format!(
-                    "state '{s}': expected ACTIVE, PAUSED, CANCELED or FINISHED"
+                    "state '{}': expected ACTIVE, PAUSED, CANCELED or FINISHED",
+                    campanile_calendar::echo(s)
                 ))
             })
         })

@@ -512,6 +512,27 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             "{body}: {v}"
         );
     }
+    // A refused name is quoted, not echoed whole: a 100 kB policy, zone or cron token made a
+    // 100 kB error message (1.5 kB here, under this server's body limit).
+    let long = "X".repeat(1_500);
+    for body in [
+        json!({"queue": "q", "every": "1h", "overlap": long}),
+        json!({"queue": "q", "every": "1h", "misfire": {"policy": long}}),
+        json!({"queue": "q", "cron": "0 1 * * *", "timezone": long}),
+        json!({"queue": "q", "cron": format!("0 1 * * {long}")}),
+        json!({"queue": "q", "cron": "* * * * *", "dst": {"gap": long}}),
+        json!({"queue": "q", "every": long}),
+    ] {
+        let (s, v) = app.call("POST", "/v1/schedules", k, Some(body)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(
+            message.len() < 400,
+            "{} bytes: {message:.300}",
+            message.len()
+        );
+        assert!(message.to_uppercase().contains("XXXX…"), "{message:.300}");
+    }
     // Malformed JSON, wrong media type, oversized body.
     let req = |ct: &str, body: String| {
         Request::builder()

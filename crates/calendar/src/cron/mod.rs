@@ -187,7 +187,7 @@ impl CronExpr {
             pattern: Box::new(pattern),
         };
         if !expr.can_fire() {
-            return Err(CalendarError::NeverFires(source.to_string()));
+            return Err(CalendarError::NeverFires(crate::error::echo(source)));
         }
         Ok(expr)
     }
@@ -270,7 +270,7 @@ fn blame_token(
             if let Err(e) = parser().parse(&probe.join(" ")) {
                 return CalendarError::InvalidToken {
                     field: *field,
-                    token: originals.get(j).copied().unwrap_or(token).to_string(),
+                    token: crate::error::echo(originals.get(j).copied().unwrap_or(token)),
                     reason: croner_reason(&e),
                 };
             }
@@ -278,7 +278,7 @@ fn blame_token(
     }
     CalendarError::InvalidToken {
         field: Field::DayOfWeek,
-        token: raw[5].to_string(),
+        token: crate::error::echo(raw[5]),
         reason: croner_reason(whole),
     }
 }
@@ -313,7 +313,7 @@ fn expand_macro(source: &str) -> Result<&'static str, CalendarError> {
         "@weekly" => "0 0 * * 0",
         "@daily" | "@midnight" => "0 0 * * *",
         "@hourly" => "0 * * * *",
-        _ => return Err(CalendarError::UnknownMacro(source.to_string())),
+        _ => return Err(CalendarError::UnknownMacro(crate::error::echo(source))),
     })
 }
 
@@ -410,7 +410,10 @@ fn name_to_number(field: Field, word: &str, orig: &str) -> Result<String, Calend
             Err(invalid(
                 field,
                 orig,
-                &format!("unknown month name '{word}' (use JAN-DEC)"),
+                &format!(
+                    "unknown month name '{}' (use JAN-DEC)",
+                    crate::error::echo(word)
+                ),
             ))
         }
         Field::DayOfWeek => {
@@ -426,7 +429,10 @@ fn name_to_number(field: Field, word: &str, orig: &str) -> Result<String, Calend
             Err(invalid(
                 field,
                 orig,
-                &format!("unknown weekday name '{word}' (use SUN-SAT)"),
+                &format!(
+                    "unknown weekday name '{}' (use SUN-SAT)",
+                    crate::error::echo(word)
+                ),
             ))
         }
         Field::DayOfMonth if matches!(word, "L" | "W" | "LW") => Ok(word.to_string()),
@@ -437,7 +443,7 @@ fn name_to_number(field: Field, word: &str, orig: &str) -> Result<String, Calend
 fn invalid(field: Field, token: &str, reason: &str) -> CalendarError {
     CalendarError::InvalidToken {
         field,
-        token: token.to_string(),
+        token: crate::error::echo(token),
         reason: reason.to_string(),
     }
 }
