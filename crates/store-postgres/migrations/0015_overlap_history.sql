@@ -9,12 +9,15 @@
 --   that [claimed_at, ran_until] is that attempt's run. Skips, cancels and misses of rows that
 --   never ran again leave it alone (`finished_at` is not a run's end: a retry waiting to run
 --   that is then skipped gets one).
--- Rows from before this migration: successes of constrained schedules get `ran_until` from
--- `finished_at` (exact for them); the other history counts from now on.
+-- Rows from before this migration: successes of constrained schedules that ended in the last
+-- day get `ran_until` from `finished_at` (exact for them; older runs cannot span the due
+-- instant of anything still waiting, and writing them would only cost); the other history
+-- counts from now on.
 ALTER TABLE occurrences ADD COLUMN due_at BIGINT;
 ALTER TABLE occurrences ADD COLUMN ran_until BIGINT;
 UPDATE occurrences SET ran_until = finished_at
- WHERE overlap <> 0 AND state = 'SUCCEEDED' AND claimed_at IS NOT NULL;
+ WHERE overlap <> 0 AND state = 'SUCCEEDED' AND claimed_at IS NOT NULL
+   AND finished_at > (extract(epoch FROM now()) * 1000)::bigint - 86400000;
 -- The schedule's runs that ended after a candidate came due: a short range (the runs since
 -- then). Holds nothing for the default ALLOW.
 CREATE INDEX occurrences_ran_constrained_schedule

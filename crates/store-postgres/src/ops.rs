@@ -410,6 +410,7 @@ fn claim_sql(
              UPDATE occurrences o
                 SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
                     lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false,
+                    ran_until = NULL,
                     available_at = CASE WHEN pick.lost_epoch IS NOT NULL
                                         THEN GREATEST(o.available_at, pick.lost_lease)
                                         ELSE o.available_at END
@@ -693,12 +694,19 @@ fn constrained_where() -> String {
     )
 }
 
+/// When a constrained candidate became claimable, its claim-order key: an expired lease from
+/// when it ended, so that the occurrences of its schedule that came due during the lost
+/// attempt are decided before its takeover overwrites that attempt's `claimed_at` (the value
+/// the sweep and the takeover write as its `available_at`).
+const CLAIMABLE_SINCE: &str =
+    "CASE WHEN state = 'RUNNING' THEN GREATEST(available_at, lease_until) ELSE available_at END";
+
 /// The schedules of a claim's overlap-constrained candidates, read without locking (`$4` how
 /// many candidates), so that their rows can be locked first, in id order.
 static CONSTRAINED_SCHEDULES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT schedule_id FROM occurrences WHERE {}
-          ORDER BY priority DESC, available_at, seq LIMIT $4",
+          ORDER BY priority DESC, {CLAIMABLE_SINCE}, seq LIMIT $4",
         constrained_where()
     )
 });
@@ -708,7 +716,7 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
     format!(
         "SELECT seq, schedule_id, overlap, state, available_at, priority FROM occurrences
           WHERE {} AND schedule_id = ANY($6::uuid[])
-          ORDER BY priority DESC, available_at, seq LIMIT $4
+          ORDER BY priority DESC, {CLAIMABLE_SINCE}, seq LIMIT $4
           FOR UPDATE SKIP LOCKED",
         constrained_where()
     )

@@ -344,9 +344,14 @@ impl ClaimSql {
     }
 }
 
-/// Keeps the `max` best candidates: highest priority first, then earliest available.
+/// Keeps the `max` best candidates: highest priority first, then earliest claimable (an
+/// expired lease from when it ended: the occurrences of its schedule that came due during the
+/// lost attempt are decided before its takeover erases that attempt's `claimed_at`).
 fn best_first(c: &mut Vec<Candidate>, max: usize) {
-    c.sort_unstable_by_key(|c| (std::cmp::Reverse(c.priority), c.row.5, c.row.0));
+    c.sort_unstable_by_key(|c| {
+        let since = fence::claimable_since(c.running, c.row.5, c.lease_until);
+        (std::cmp::Reverse(c.priority), since, c.row.0)
+    });
     c.truncate(max);
 }
 
@@ -388,6 +393,7 @@ fn claim_rows(
             "UPDATE occurrences
                 SET state = 'RUNNING', owner = ?1, epoch = epoch + 1, attempts = attempts + 1,
                     lease_until = ?2 + COALESCE(?3, lease_ms), claimed_at = ?2, cancel_requested = 0,
+                    ran_until = NULL,
                     available_at = CASE WHEN state = 'RUNNING' THEN MAX(available_at, lease_until)
                                         ELSE available_at END
               WHERE seq IN (SELECT value FROM json_each(?4))",

@@ -361,3 +361,86 @@ fn upgrade_finishes_active_schedules_with_nothing_left_to_plan() {
         ]
     );
 }
+
+/// The overlap history migration: a constrained run that ended within the last day keeps
+/// counting as a run (its `ran_until` from its `finished_at`), so an occurrence that came due
+/// during it and still waits is skipped after the upgrade, as before it; older runs are left
+/// alone; rows without `due_at` are read by their availability.
+#[test]
+fn upgrade_keeps_recent_runs_in_the_overlap_history() {
+    const OVERLAP_HISTORY: i64 = 13;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing");
+    let conn = migrated_up_to(&path, OVERLAP_HISTORY);
+    let now = jiff::Timestamp::now().as_millisecond();
+    let day = 86_400_000;
+    // (scheduled and due, state, claimed_at, finished_at) of one SKIP_IF_RUNNING schedule.
+    for (i, (due, state, claimed, finished)) in [
+        (
+            now - 3 * day,
+            "SUCCEEDED",
+            Some(now - 3 * day),
+            Some(now - 2 * day),
+        ),
+        (
+            now - 60_000,
+            "SUCCEEDED",
+            Some(now - 60_000),
+            Some(now - 10_000),
+        ),
+        (now - 30_000, "READY", None, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        conn.execute(
+            "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for,
+                 available_at, queue, priority, state, max_attempts, backoff_initial_ms,
+                 backoff_max_ms, created_at, overlap, claimed_at, finished_at)
+             VALUES (?1, 1, X'00000000000070008000000000000001', 1, ?2, ?2, 'billing', 0, ?3,
+                 3, 1000, 60000, 0, 1, ?4, ?5)",
+            rusqlite::params![vec![i as u8 + 1; 16], due, state, claimed, finished],
+        )
+        .expect("occurrence");
+    }
+    drop(conn);
+
+    let store = SqliteStore::open(&path).expect("upgrade");
+    let ran: Vec<Option<i64>> = Connection::open(&path)
+        .expect("open")
+        .prepare("SELECT ran_until FROM occurrences ORDER BY scheduled_for")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(ran, vec![None, Some(now - 10_000), None]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let claimed = rt
+        .block_on(campanile_store::Store::occurrence_claim(
+            &store,
+            campanile_store::OccurrenceClaim {
+                tenant: campanile_store::TenantId(1),
+                queue: "billing".into(),
+                worker_id: "w".into(),
+                max: 1,
+                lease: None,
+                now: Some(jiff::Timestamp::from_millisecond(now).expect("instant")),
+            },
+        ))
+        .expect("claim");
+    assert!(claimed.is_empty(), "{claimed:?}");
+    let state: String = Connection::open(&path)
+        .expect("open")
+        .query_row(
+            "SELECT state FROM occurrences WHERE scheduled_for = ?1",
+            [now - 30_000],
+            |r| r.get(0),
+        )
+        .expect("state");
+    assert_eq!(state, "SKIPPED_OVERLAP");
+}

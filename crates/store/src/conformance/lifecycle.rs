@@ -1101,7 +1101,8 @@ pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
 /// covered the occurrences that came due during it (`SKIP_IF_RUNNING` skips them); the one
 /// `QUEUE_ONE` kept waiting, claimed and then failed, still waited (the next is skipped); and
 /// an occurrence that waited to retry and was then canceled did not run until its cancel, so
-/// what came due meanwhile, while nothing ran, runs one after the other.
+/// what came due meanwhile, while nothing ran, runs one after the other. A run whose lease
+/// ended counts until then, whether the sweep or a claim's takeover ends it.
 pub fn overlap_history_is_the_runs_themselves(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         use campanile_core::Overlap::{QueueOne, SkipIfRunning};
@@ -1220,6 +1221,39 @@ pub fn overlap_history_is_the_runs_themselves(rt: &Runtime, h: Harness) {
         }
         assert_eq!(runs, vec![(3, 10), (4, 11), (5, 12)]);
         assert_eq!(state_of(c, 0).await, OccurrenceState::Canceled);
+
+        // A run from 0 whose worker went silent, its 5 s lease ended at 5; 2 and 4 came due
+        // during it. Whether the sweep re-readies it before the next claim or that claim takes
+        // it over, the same occurrences are skipped (the takeover comes after the ones that
+        // came due during the lost attempt, which are decided first).
+        for (overlap, skipped) in [(SkipIfRunning, vec![2, 4]), (QueueOne, vec![4])] {
+            for swept in [false, true] {
+                let queue = format!("lost-{}-{swept}", overlap.code());
+                let (sched, _) = setup(&queue, overlap, &[0, 2, 4]).await;
+                let first = claim(s, &f, &queue, "gone", 1, 5, secs(0)).await;
+                assert_eq!(first.len(), 1);
+                if swept {
+                    s.lease_sweep(LeaseSweep {
+                        limit: 100,
+                        now: Some(at(5_100)),
+                    })
+                    .await
+                    .unwrap();
+                }
+                let next = claim(s, &f, &queue, "lone", 1, 30, at(5_200)).await;
+                assert_eq!(next.len(), 1, "{overlap:?} swept={swept}");
+                // A claim stops looking once it is full: one more decides the rest.
+                claim(s, &f, &queue, "other", 1, 30, at(5_300)).await;
+                let mut got = Vec::new();
+                for o in schedule_occurrences(s, f.tenant, sched).await {
+                    if o.state == OccurrenceState::SkippedOverlap {
+                        got.push(offset(o.scheduled_for));
+                    }
+                }
+                got.sort_unstable();
+                assert_eq!(got, skipped, "{overlap:?} swept={swept}");
+            }
+        }
     });
 }
 
