@@ -731,7 +731,9 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
 /// - had one ahead of it (priority, then the instant it first came due, `due_at`, then seq)
 ///   come due by `$4` and not been claimed by then (pending now and due by then, or claimed
 ///   after `$4`: running now, or its last run ended after `$4`);
-/// - does another run now; is one ahead of it in claim order due and waiting now.
+/// - does another run now; is one ahead of it in claim order due and waiting now in the
+///   claim's queue (`$6`: one left in a queue no worker reads any more must not keep the
+///   schedule's later occurrences waiting for good).
 ///
 /// Read from the database, so that a decision sees what earlier claims (and this one)
 /// decided, not only this claim's own list. Each `EXISTS` is a seek in a partial index of the
@@ -757,7 +759,7 @@ SELECT
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2),
     EXISTS (SELECT 1 FROM occurrences
              WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
-               AND available_at <= $5 AND seq <> $2
+               AND available_at <= $5 AND seq <> $2 AND queue = $6
                AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))";
 
 /// Claims of overlap-constrained occurrences, atomic with the state of each schedule's other
@@ -865,7 +867,7 @@ async fn claim_constrained_locked<C: GenericClient>(
             let row = query(
                 tx,
                 OVERLAP_STATE,
-                &[&schedule, &seq, &priority, &available_at, &now],
+                &[&schedule, &seq, &priority, &available_at, &now, &p.queue],
             )
             .await?;
             let facts =
@@ -1909,7 +1911,7 @@ mod plan_tests {
             &c,
             "overlap_state",
             OVERLAP_STATE,
-            "(gen_random_uuid(), 1, 0, 0, 0)",
+            "(gen_random_uuid(), 1, 0, 0, 0, 'q')",
         )
         .await;
         eprintln!("overlap state:\n{plan}");

@@ -1254,6 +1254,23 @@ pub fn overlap_history_is_the_runs_themselves(rt: &Runtime, h: Harness) {
                 assert_eq!(got, skipped, "{overlap:?} swept={swept}");
             }
         }
+
+        // One left pending in a queue no worker reads any more (an old version's, redriven)
+        // does not keep the schedule's occurrences in the claimed queue waiting.
+        let moved = new_schedule(s, f.tenant, "new").await;
+        let occ = |queue, due| NewOccurrence {
+            schedule_id: moved,
+            overlap: QueueOne,
+            ..new_occ(&f, queue, secs(due), 3)
+        };
+        insert(s, &f, vec![occ("old", 0), occ("new", 1)]).await;
+        let got = claim(s, &f, "new", "lone", 1, 30, secs(2)).await;
+        assert_eq!(
+            got.iter()
+                .map(|c| offset(c.scheduled_for))
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
     });
 }
 
