@@ -1014,13 +1014,14 @@ pub fn constrained_lease_expiry_is_reclaimed(rt: &Runtime, h: Harness) {
 /// every fourth and skips the ones that came due during a run; `QUEUE_ONE` runs the first to
 /// come due behind each run and skips the rest, so the lag stays under one run. Occurrences
 /// that all came due while nothing ran (a backlog) run one after the other, none skipped.
+/// The same whether the worker's report claims its next work or a claim follows it.
 pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         use campanile_core::Overlap::{QueueOne, SkipIfRunning};
         let s = h.store.as_ref();
         let f = fixture(s, "acme", "q").await;
         let offset = |t: jiff::Timestamp| (t.as_millisecond() - T0) / 1000;
-        for (queue, overlap, dues, first_claim, want) in [
+        for ((queue, overlap, dues, first_claim, want), combined) in [
             (
                 "skip",
                 SkipIfRunning,
@@ -1050,7 +1051,14 @@ pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
                 10,
                 vec![(0, 10), (2, 17), (4, 24)],
             ),
-        ] {
+        ]
+        .into_iter()
+        .flat_map(|case| [(case.clone(), false), (case, true)])
+        {
+            // Each case twice: reports apart from claims, and reports that claim the next
+            // work in the same call (on PostgreSQL, the coalesced shared transaction).
+            let queue = format!("{queue}-{combined}");
+            let queue = queue.as_str();
             let schedule = new_schedule(s, f.tenant, queue).await;
             let items = dues
                 .iter()
@@ -1062,18 +1070,53 @@ pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
                 .collect();
             insert(s, &f, items).await;
             // One worker: it claims one occurrence at a time, only when it has nothing to run
-            // (right after its report, else once a second), and each run takes 7 s.
-            let (mut now, mut runs) = (first_claim, Vec::new());
+            // (with its report, else once a second), and each run takes 7 s.
+            let (mut now, mut runs, mut next) = (first_claim, Vec::new(), None::<Claimed>);
             while now <= 60 {
-                let got = claim(s, &f, queue, "lone", 1, 30, secs(now)).await;
-                let Some(c) = got.first() else {
-                    now += 1;
-                    continue;
+                let c = match next.take() {
+                    Some(c) => c,
+                    None => match claim(s, &f, queue, "lone", 1, 30, secs(now)).await.pop() {
+                        Some(c) => c,
+                        None => {
+                            now += 1;
+                            continue;
+                        }
+                    },
                 };
                 runs.push((offset(c.scheduled_for), now));
                 now += 7;
-                let ack = finish(s, &f, "lone", c.id, c.epoch, ok("done"), secs(now)).await;
-                assert!(ack.accepted(), "{ack:?}");
+                if combined {
+                    let (acks, claimed) = s
+                        .occurrence_finish_and_claim(
+                            OccurrenceFinishMany {
+                                tenant: f.tenant,
+                                worker_id: "lone".into(),
+                                items: vec![FinishItem {
+                                    lease: LeaseRef {
+                                        occurrence_id: c.id,
+                                        epoch: c.epoch,
+                                    },
+                                    finish: ok("done"),
+                                }],
+                                now: Some(secs(now)),
+                            },
+                            OccurrenceClaim {
+                                tenant: f.tenant,
+                                queue: queue.into(),
+                                worker_id: "lone".into(),
+                                max: 1,
+                                lease: Some(SignedDuration::from_secs(30)),
+                                now: Some(secs(now)),
+                            },
+                        )
+                        .await
+                        .unwrap();
+                    assert!(acks[0].accepted(), "{acks:?}");
+                    next = claimed.unwrap().pop();
+                } else {
+                    let ack = finish(s, &f, "lone", c.id, c.epoch, ok("done"), secs(now)).await;
+                    assert!(ack.accepted(), "{ack:?}");
+                }
             }
             assert_eq!(runs, want, "{queue}: (due, claimed at) of each run");
             let all = schedule_occurrences(s, f.tenant, schedule).await;
