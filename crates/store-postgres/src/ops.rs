@@ -728,9 +728,11 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
 /// - had another occurrence of the schedule been claimed by `$4` and was it still running
 ///   then (`RUNNING` now under a lease that had not ended by `$4`, or its last run, from
 ///   `claimed_at` to `ran_until`, spans `$4`);
-/// - had one ahead of it (priority, then the instant it first came due, `due_at`, then seq)
-///   come due by `$4` and not been claimed by then (pending now and due by then, or claimed
-///   after `$4`: running now, or its last run ended after `$4`);
+/// - had one ahead of it (higher priority, or come due before `$4` — a pending one by its
+///   `available_at`, one claimed since by `due_at`, the instant it first came due — ties by
+///   seq) not been claimed by `$4` (pending now, or claimed after `$4`: running now, or its
+///   last run ended after `$4`). A retry comes due anew at its retry instant, and is judged
+///   against what waited then;
 /// - does another run now; is one ahead of it in claim order due and waiting now in the
 ///   claim's queue (`$6`: one left in a queue no worker reads any more must not keep the
 ///   schedule's later occurrences waiting for good).
@@ -739,8 +741,7 @@ static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock
 /// decided, not only this claim's own list. Each `EXISTS` is a seek in a partial index of the
 /// schedule's constrained occurrences — running, pending in claim order, or by `ran_until`
 /// (the short range of runs that ended since the candidate came due).
-const OVERLAP_STATE: &str = "WITH x AS (SELECT COALESCE(due_at, available_at) AS due FROM occurrences WHERE seq = $2)
-SELECT
+const OVERLAP_STATE: &str = "SELECT
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0
                AND seq <> $2 AND claimed_at <= $4 AND lease_until > $4)
     OR EXISTS (SELECT 1 FROM occurrences
@@ -751,11 +752,11 @@ SELECT
                AND available_at <= $4 AND seq <> $2
                AND (priority > $3 OR (priority = $3 AND (available_at, seq) < ($4, $2))))
     OR EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0
-                  AND claimed_at > $4 AND COALESCE(due_at, available_at) <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), $2))))
+                  AND claimed_at > $4 AND COALESCE(due_at, available_at) <= $4 AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (COALESCE(due_at, available_at), seq) < ($4, $2))))
     OR EXISTS (SELECT 1 FROM occurrences
                 WHERE schedule_id = $1 AND overlap <> 0 AND ran_until IS NOT NULL
                   AND ran_until > $4 AND claimed_at > $4 AND COALESCE(due_at, available_at) <= $4
-                  AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), $2)))),
+                  AND seq <> $2 AND (priority > $3 OR (priority = $3 AND (COALESCE(due_at, available_at), seq) < ($4, $2)))),
     EXISTS (SELECT 1 FROM occurrences WHERE schedule_id = $1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> $2),
     EXISTS (SELECT 1 FROM occurrences
              WHERE schedule_id = $1 AND state IN ('READY', 'RETRY_WAIT') AND overlap <> 0

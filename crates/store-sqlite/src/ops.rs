@@ -483,8 +483,7 @@ fn expired_candidates(
 /// whether another runs now, as PostgreSQL's `OVERLAP_STATE` reads them (see there). The
 /// running index is named: with no statistics, SQLite's planner preferred the `ran_until`
 /// index for "running", which holds the schedule's whole history.
-pub const OVERLAP_STATE: &str = "WITH x AS (SELECT COALESCE(due_at, available_at) AS due FROM occurrences WHERE seq = ?2)
-SELECT
+pub const OVERLAP_STATE: &str = "SELECT
     EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
                AND seq <> ?2 AND claimed_at <= ?4 AND lease_until > ?4)
     OR EXISTS (SELECT 1 FROM occurrences
@@ -495,11 +494,11 @@ SELECT
                AND available_at <= ?4 AND seq <> ?2
                AND (priority > ?3 OR (priority = ?3 AND (available_at, seq) < (?4, ?2))))
     OR EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0
-                  AND claimed_at > ?4 AND COALESCE(due_at, available_at) <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), ?2))))
+                  AND claimed_at > ?4 AND COALESCE(due_at, available_at) <= ?4 AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (COALESCE(due_at, available_at), seq) < (?4, ?2))))
     OR EXISTS (SELECT 1 FROM occurrences
                 WHERE schedule_id = ?1 AND overlap <> 0 AND ran_until IS NOT NULL
                   AND ran_until > ?4 AND claimed_at > ?4 AND COALESCE(due_at, available_at) <= ?4
-                  AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (COALESCE(due_at, available_at), seq) < ((SELECT due FROM x), ?2)))),
+                  AND seq <> ?2 AND (priority > ?3 OR (priority = ?3 AND (COALESCE(due_at, available_at), seq) < (?4, ?2)))),
     EXISTS (SELECT 1 FROM occurrences INDEXED BY occurrences_running_schedule WHERE schedule_id = ?1 AND state = 'RUNNING' AND overlap <> 0 AND seq <> ?2)";
 
 /// Claims of overlap-constrained occurrences, each decided with what its schedule's other
