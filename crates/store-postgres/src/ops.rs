@@ -1206,19 +1206,35 @@ impl Batch for FinishClaimBatch {
     }
 
     async fn run(&self, reqs: Vec<Self::Req>) -> R<Vec<Self::Resp>> {
-        let mut c = self.pool.get().await.map_err(pool_err)?;
-        let tx = c.transaction().await.map_err(pg_err)?;
+        let c = self.pool.get().await.map_err(pool_err)?;
         let (finishes, claims): (Vec<_>, Vec<_>) = reqs.into_iter().unzip();
-        let acks = finish_successes(&tx, &finishes).await?;
-        match worker_claims(&tx, &claims).await {
+        // The transaction is one round trip: `BEGIN`, both statements and `COMMIT` go out
+        // together (tokio-postgres pipelines requests polled together, in the order polled),
+        // where awaiting each took four. Both statements are prepared first, so each sends
+        // its request on its first poll. Nothing is decided between them that could stop the
+        // commit: a statement that fails aborts the transaction, and the `COMMIT` then rolls
+        // it back.
+        c.prepare_cached(FINISH_SUCCESSES).await.map_err(pg_err)?;
+        c.prepare_cached(&WORKER_CLAIM).await.map_err(pg_err)?;
+        let (begun, acks, got, ended) = tokio::join!(
+            biased;
+            c.batch_execute("BEGIN"),
+            finish_successes(&c, &finishes),
+            worker_claims(&c, &claims),
+            c.batch_execute("COMMIT"),
+        );
+        begun.map_err(pg_err)?;
+        let acks = acks?;
+        match got {
             Ok(got) => {
-                tx.commit().await.map_err(pg_err)?;
+                ended.map_err(pg_err)?;
                 Ok(acks.into_iter().zip(got.into_iter().map(Ok)).collect())
             }
             Err(e) => {
-                // A failed claim aborts the transaction: the outcomes are written again on
-                // their own, and the claim's error is each request's claim answer.
-                drop(tx);
+                // The claim failed, so the `COMMIT` rolled the outcomes back: they are
+                // written again on their own, and the claim's error is each request's claim
+                // answer.
+                ended.map_err(pg_err)?;
                 let acks = finish_successes(&c, &finishes).await?;
                 Ok(acks.into_iter().map(|a| (a, Err(e.clone()))).collect())
             }

@@ -105,3 +105,28 @@ fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
         },
     );
 }
+
+#[test]
+fn a_report_whose_claim_fails_keeps_its_outcomes() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Some((url, schema, h)) = rt.block_on(in_new_schema()) else {
+        return;
+    };
+    campanile_store::conformance::a_report_whose_claim_fails_keeps_its_outcomes(
+        &rt,
+        h,
+        || async move {
+            session(&url)
+                .await
+                .batch_execute(&format!(
+                    "SET search_path TO {schema};
+                     CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql
+                         AS $$ BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$;
+                     CREATE TRIGGER refuse_claims BEFORE UPDATE ON occurrences FOR EACH ROW
+                         WHEN (NEW.epoch <> OLD.epoch) EXECUTE FUNCTION refuse_claims();"
+                ))
+                .await
+                .expect("trigger");
+        },
+    );
+}

@@ -971,6 +971,79 @@ where
     });
 }
 
+/// A report that carries a claim keeps its outcomes when the claim fails: the successes
+/// are written (once), the claim's error is the claim's answer, and nothing is leased.
+/// `break_claims` makes every later claim fail in the database (a trigger on the store's
+/// occurrences that refuses any change of epoch), as a lost lock or a full disk would.
+pub fn a_report_whose_claim_fails_keeps_its_outcomes<F, Fut>(
+    rt: &Runtime,
+    h: Harness,
+    break_claims: F,
+) where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(s, &f, (0..4).map(|i| new_occ(&f, "q", at(i), 3)).collect()).await;
+        let held = claim(s, &f, "q", "A", 2, 30, secs(1)).await;
+        assert_eq!(held.len(), 2);
+        break_claims().await;
+        let report = OccurrenceFinishMany {
+            tenant: f.tenant,
+            worker_id: "A".into(),
+            items: held
+                .iter()
+                .map(|c| FinishItem {
+                    lease: LeaseRef {
+                        occurrence_id: c.id,
+                        epoch: c.epoch,
+                    },
+                    finish: ok("done"),
+                })
+                .collect(),
+            now: Some(secs(2)),
+        };
+        let next = OccurrenceClaim {
+            tenant: f.tenant,
+            queue: "q".into(),
+            worker_id: "A".into(),
+            max: 2,
+            lease: Some(SignedDuration::from_secs(30)),
+            now: Some(secs(2)),
+        };
+        let (acks, claimed) = s
+            .occurrence_finish_and_claim(report, next)
+            .await
+            .expect("the outcomes are written even though the claim fails");
+        assert!(claimed.is_err(), "the claim cannot succeed: {claimed:?}");
+        assert_eq!(acks.len(), 2);
+        for (ack, c) in acks.iter().zip(&held) {
+            assert_eq!(ack.occurrence_id, c.id);
+            assert_eq!(ack.conflict, None, "{ack:?}");
+            assert_eq!(ack.state, Some(OccurrenceState::Succeeded));
+            let o = get(s, &f, c.id, secs(3)).await.occurrence;
+            assert_eq!(o.state, OccurrenceState::Succeeded);
+            assert_eq!(o.result.as_deref(), Some("done"));
+        }
+        // The others were not leased by the failed claim.
+        for id in ids.iter().filter(|id| held.iter().all(|c| c.id != **id)) {
+            let o = get(s, &f, *id, secs(3)).await.occurrence;
+            assert_eq!(
+                (o.state, o.epoch, o.owner),
+                (OccurrenceState::Ready, 0, None)
+            );
+        }
+        // Written once: the same report again is refused.
+        let again = finish(s, &f, "A", held[0].id, held[0].epoch, ok("twice"), secs(3)).await;
+        assert!(
+            matches!(again.conflict, Some(Conflict::WrongState { .. })),
+            "{again:?}"
+        );
+    });
+}
+
 /// An overlap-constrained occurrence whose worker went silent is claimed again once its lease
 /// has expired, by a claim that finds nothing else due in the queue (nothing pending at all),
 /// and its lost attempt is on record.
