@@ -25,6 +25,7 @@ use campanile_core::{Clock, SystemClock};
 use campanile_store::*;
 use jiff::Timestamp;
 use rusqlite::Connection;
+use rusqlite::config::DbConfig;
 
 pub use migrate::MIGRATIONS;
 /// The constrained claim's overlap question, for the plan test.
@@ -83,9 +84,23 @@ pub(crate) fn db_err(e: rusqlite::Error) -> StoreError {
     }
 }
 
+/// Turns on SQLite's query planner stability guarantee: a statement's plan does not depend on
+/// the values bound to it. Without it, SQLite marks a statement whose `LIMIT ?` (or a
+/// parameter compared with a partial index's condition) it planned with the bound value as
+/// expired whenever its bindings are cleared — which rusqlite's statement cache does each time
+/// a statement goes back — so every claim was parsed and planned again on every use: 13% of
+/// all CPU samples in a batch-1 drain (docs/DESIGN.md, "Why the query planner stability
+/// guarantee on SQLite?").
+pub(crate) fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map(drop)
+        .map_err(db_err)
+}
+
 pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(db_err)?;
+    stable_plans(conn)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;

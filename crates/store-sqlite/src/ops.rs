@@ -1407,3 +1407,44 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
         .map_err(db_err)?;
     rows.into_iter().map(|r| r.map(|(_, o)| o)).collect()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// The claim's statements are planned once per connection: a new `LIMIT` or priority bound
+    /// to a cached statement does not send it through the parser and planner again (without
+    /// the query planner stability guarantee, every claim did — [`crate::stable_plans`]).
+    #[test]
+    fn cached_claim_statements_are_not_planned_again_for_new_bindings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("plans.db")).unwrap();
+        crate::configure(&conn).unwrap();
+        crate::migrate::apply(&mut conn).unwrap();
+        for constrained in [false, true] {
+            let sql = ClaimSql::get(constrained);
+            for n in 1..=4i64 {
+                let mut s = conn.prepare_cached(&sql.probe).unwrap();
+                s.query_map(params![1i64, "q", n], |_| Ok(()))
+                    .unwrap()
+                    .for_each(drop);
+                assert_eq!(s.get_status(StatementStatus::RePrepare), 0, "probe, {n}");
+                drop(s);
+                let mut s = conn.prepare_cached(&sql.range).unwrap();
+                s.query_map(params![1i64, "q", n, n, n], |_| Ok(()))
+                    .unwrap()
+                    .for_each(drop);
+                assert_eq!(s.get_status(StatementStatus::RePrepare), 0, "range, {n}");
+                drop(s);
+                let mut s = conn.prepare_cached(&sql.expired).unwrap();
+                s.query_map(params![1i64, "q", n, n], |_| Ok(()))
+                    .unwrap()
+                    .for_each(drop);
+                assert_eq!(s.get_status(StatementStatus::RePrepare), 0, "expired, {n}");
+            }
+        }
+    }
+}

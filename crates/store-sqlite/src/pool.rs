@@ -43,6 +43,7 @@ impl ReadPool {
                 .map_err(db_err)?;
                 c.busy_timeout(std::time::Duration::from_secs(10))
                     .map_err(db_err)?;
+                crate::stable_plans(&c)?;
                 c
             }
         };
