@@ -1,8 +1,9 @@
 //! PostgreSQL itself crashes under a running node and its workers: a private cluster of the
 //! test's own (initdb in a temporary directory, on a free port) is stopped with `pg_ctl stop
 //! -m immediate` — every server process killed, no checkpoint, crash recovery from the WAL at
-//! the next start — while `campanile serve` plans and workers claim and complete, then started
-//! again. Every completion the API acknowledged before the crash is there after it, with its
+//! the next start — while `campanile serve` plans and workers claim and complete (half of them
+//! with reports that claim their next work, the other half with requests of their own), then
+//! started again. Every completion the API acknowledged before the crash is there after it, with its
 //! result; every claim it acknowledged can still be completed by its worker; the node never
 //! answers 500, becomes ready again by itself, and `campanile reconcile` finds nothing missing.
 //!
@@ -14,10 +15,11 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -153,86 +155,116 @@ struct Record {
     carried: usize,
     /// Claims acknowledged and not yet answered with an outcome.
     held: usize,
+    /// Occurrences claimed by reports that carried a claim.
+    claimed_by_reports: usize,
     /// Every HTTP error status answered.
     statuses: Vec<u16>,
 }
 
 /// Claims and completes until `stop`, each occurrence taking 100 ms of work (so that the
-/// crash finds claims held), sending a completion again (backoff, up to 30 s) while it gets
-/// no answer or a 503, so that a claim acknowledged before the crash is completed after it.
+/// crash finds claims held), sending a report again (backoff, up to 30 s) while it gets no
+/// answer or a 503, so that a claim acknowledged before the crash is completed after it. With
+/// `reports_claim`, each report also claims the worker's next work, as the SDK's worker does
+/// (on PostgreSQL, the shared report-and-claim transaction); otherwise claims and completions
+/// are requests of their own.
 async fn work(
     client: Client,
     name: String,
     record: Arc<Mutex<Record>>,
-    crashed: Arc<std::sync::atomic::AtomicBool>,
+    crashed: Arc<AtomicBool>,
     stop: tokio::sync::watch::Receiver<bool>,
+    reports_claim: bool,
 ) {
-    use std::sync::atomic::Ordering;
-    let note = |e: &SdkError, record: &Mutex<Record>| {
+    let note = |e: &SdkError| {
         if let SdkError::Api { status, .. } = e {
             record.lock().unwrap().statuses.push(*status);
         }
     };
-    while !*stop.borrow() {
-        let got: Vec<Claimed> = match client.claim("crash", &name, 5, 30).await {
-            Ok(got) => got,
-            Err(e) => {
-                note(&e, &record);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        if got.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        }
-        let claimed_before = !crashed.load(Ordering::SeqCst);
-        record.lock().unwrap().held += got.len();
+    // Claims held, each with whether it was acknowledged before the crash began.
+    let mut held: VecDeque<(Claimed, bool)> = VecDeque::new();
+    let take = |held: &mut VecDeque<(Claimed, bool)>, got: Vec<Claimed>| {
+        let before = !crashed.load(Ordering::SeqCst);
+        let mut r = record.lock().unwrap();
+        r.held += got.len();
         for c in got {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            record
-                .lock()
-                .unwrap()
-                .claimed
-                .entry(c.id)
-                .or_default()
-                .push(c.epoch);
-            let result = json!({ "worker": name, "epoch": c.epoch });
-            let began = Instant::now();
-            let mut sent_before = false;
-            loop {
-                let during = crashed.load(Ordering::SeqCst);
-                match client.complete(c.id, &name, c.epoch, result.clone()).await {
-                    Ok(o) => {
-                        assert_eq!(o.outcome, "accepted", "{o:?}");
+            r.claimed.entry(c.id).or_default().push(c.epoch);
+            held.push_back((c, before));
+        }
+    };
+    loop {
+        let Some((c, claimed_before)) = held.pop_front() else {
+            if *stop.borrow() {
+                return;
+            }
+            match client.claim("crash", &name, 5, 30).await {
+                Ok(got) if !got.is_empty() => take(&mut held, got),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => {
+                    note(&e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            continue;
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let result = json!({ "worker": name, "epoch": c.epoch });
+        let want = if reports_claim && !*stop.borrow() {
+            5 - held.len() as u32
+        } else {
+            0
+        };
+        let began = Instant::now();
+        let mut sent_before = false;
+        loop {
+            let during = crashed.load(Ordering::SeqCst);
+            let answer = if want > 0 {
+                let item = json!({"occurrence_id": c.id, "epoch": c.epoch, "result": result});
+                client
+                    .completions_and_claim(&name, vec![item], "crash", want, 30)
+                    .await
+            } else {
+                client
+                    .complete(c.id, &name, c.epoch, result.clone())
+                    .await
+                    .map(|o| (vec![o], Vec::new()))
+            };
+            let refused = match answer {
+                Ok((outcomes, claimed)) => {
+                    record.lock().unwrap().claimed_by_reports += claimed.len();
+                    take(&mut held, claimed);
+                    let o = &outcomes[0];
+                    if o.outcome == "accepted" {
                         let mut r = record.lock().unwrap();
                         r.completed.insert(c.id, (c.epoch, result.clone(), during));
                         r.carried += usize::from(during && claimed_before);
                         r.held -= 1;
                         break;
                     }
-                    Err(e) if e.lease_conflict().is_some() && sent_before => {
-                        let mut r = record.lock().unwrap();
-                        r.held -= 1;
-                        r.refused_after_retry
-                            .push((c.id, c.epoch, result.clone(), e.to_string()));
-                        break;
-                    }
-                    Err(e) => {
-                        note(&e, &record);
-                        let retry = matches!(e, SdkError::Transport(_))
-                            || matches!(e, SdkError::Api { status: 503, .. });
-                        assert!(retry, "completion of {} refused: {e}", c.id);
-                        assert!(
-                            began.elapsed() < Duration::from_secs(30),
-                            "completion of {} never answered: {e}",
-                            c.id
-                        );
-                        sent_before = true;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+                    format!("{o:?}")
                 }
-            }
+                Err(e) if e.lease_conflict().is_some() => e.to_string(),
+                Err(e) => {
+                    note(&e);
+                    let retry = matches!(e, SdkError::Transport(_))
+                        || matches!(e, SdkError::Api { status: 503, .. });
+                    assert!(retry, "report of {} refused: {e}", c.id);
+                    assert!(
+                        began.elapsed() < Duration::from_secs(30),
+                        "report of {} never answered: {e}",
+                        c.id
+                    );
+                    sent_before = true;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            // Refused: only a report sent again, whose first sending was written, may be.
+            assert!(sent_before, "report of {} refused: {refused}", c.id);
+            let mut r = record.lock().unwrap();
+            r.held -= 1;
+            r.refused_after_retry
+                .push((c.id, c.epoch, result.clone(), refused));
+            break;
         }
     }
 }
@@ -266,7 +298,7 @@ fn acknowledged_work_survives_a_postgres_crash() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let record = Arc::new(Mutex::new(Record::default()));
-    let crashed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let crashed = Arc::new(AtomicBool::new(false));
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let workers = rt.block_on(async {
         let client = Client::new(&url, &key).unwrap();
@@ -288,6 +320,7 @@ fn acknowledged_work_survives_a_postgres_crash() {
                     record.clone(),
                     crashed.clone(),
                     stopping.clone(),
+                    w % 2 == 0,
                 ))
             })
             .collect::<Vec<_>>()
@@ -307,7 +340,7 @@ fn acknowledged_work_survives_a_postgres_crash() {
         let r = record.lock().unwrap();
         r.completed.len() >= 40 && r.held >= 8
     });
-    crashed.store(true, std::sync::atomic::Ordering::SeqCst);
+    crashed.store(true, Ordering::SeqCst);
     let before = completed();
     cluster.crash();
     // While the database is down the node answers, and says it is not ready.
@@ -363,15 +396,17 @@ fn acknowledged_work_survives_a_postgres_crash() {
     eprintln!(
         "{} claims and {} completions acknowledged ({after} after the crash began), {} sent \
          again and refused as already written, {} claimed before the crash and completed \
-         after it; {} error answers, all 503",
+         after it, {} claimed by reports; {} error answers, all 503",
         record.claimed.values().map(Vec::len).sum::<usize>(),
         record.completed.len(),
         record.refused_after_retry.len(),
         record.carried,
+        record.claimed_by_reports,
         record.statuses.len()
     );
     assert!(after >= 40, "{after} completions after the crash began");
     assert!(record.carried > 0, "no claim was held across the crash");
+    assert!(record.claimed_by_reports > 0, "no report claimed more work");
 
     // Nothing planned was lost: every instant of every schedule in the run is accounted for.
     let out = Command::new(env!("CARGO_BIN_EXE_campanile"))
