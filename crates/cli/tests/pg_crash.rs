@@ -69,17 +69,21 @@ impl Cluster {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// Runs one of the server's programs, as `postgres` where needed; panics if it fails.
-    fn run(&self, program: &str, args: &[&str]) {
+    /// One of the server's programs, run as `postgres` where needed.
+    fn command(&self, program: &str) -> Command {
         let path = self.bin.join(program);
-        let mut cmd = if self.as_postgres {
+        if self.as_postgres {
             let mut cmd = Command::new("runuser");
             cmd.args(["-u", "postgres", "--"]).arg(&path);
             cmd
         } else {
             Command::new(&path)
-        };
-        let out = cmd.args(args).output().unwrap();
+        }
+    }
+
+    /// Runs one of the server's programs; panics if it fails.
+    fn run(&self, program: &str, args: &[&str]) {
+        let out = self.command(program).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{program} {args:?}: {}{}",
@@ -109,17 +113,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let data = self.data();
-        let path = self.bin.join("pg_ctl");
-        let mut cmd = if self.as_postgres {
-            let mut cmd = Command::new("runuser");
-            cmd.args(["-u", "postgres", "--"]).arg(&path);
-            cmd
-        } else {
-            Command::new(&path)
-        };
-        let _ = cmd
-            .args(["-D", &data, "-m", "immediate", "stop"])
+        let _ = self
+            .command("pg_ctl")
+            .args(["-D", &self.data(), "-m", "immediate", "stop"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();

@@ -569,6 +569,12 @@ pub(crate) struct WorkerClaim {
 /// Runs [`WORKER_CLAIM`] for claimers of one queue (one tenant, queue and instant; at least
 /// one): one answer each, in order.
 async fn worker_claims<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) -> R<Vec<WorkerClaim>> {
+    let rows = worker_claim_rows(c, reqs).await?;
+    dealt_claims(reqs, &rows)
+}
+
+/// The rows of the claim statement for `reqs` (none for no request).
+async fn worker_claim_rows<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) -> R<Vec<Row>> {
     let Some(p) = reqs.first() else {
         return Ok(Vec::new());
     };
@@ -580,7 +586,7 @@ async fn worker_claims<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) -> R<V
         .flat_map(|(ord, r)| std::iter::repeat_n(ord, r.max as usize))
         .collect();
     let now_override = p.now.map(|t| t.as_millisecond());
-    let rows = query(
+    query(
         c,
         &WORKER_CLAIM,
         &[
@@ -593,7 +599,14 @@ async fn worker_claims<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) -> R<V
             &ords,
         ],
     )
-    .await?;
+    .await
+}
+
+/// Each request's share of the claim statement's `rows`, in request order.
+fn dealt_claims(reqs: &[OccurrenceClaim], rows: &[Row]) -> R<Vec<WorkerClaim>> {
+    if reqs.is_empty() {
+        return Ok(Vec::new());
+    }
     let first = rows
         .first()
         .ok_or_else(|| StoreError::Database("the claim returned no row".into()))?;
@@ -611,7 +624,7 @@ async fn worker_claims<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) -> R<V
             claimed: Vec::new(),
         })
         .collect();
-    for r in &rows {
+    for r in rows {
         if r.try_get::<_, Option<Uuid>>(0).map_err(pg_err)?.is_none() {
             continue;
         }
@@ -1213,22 +1226,29 @@ impl Batch for FinishClaimBatch {
         // where awaiting each took four. Both statements are prepared first, so each sends
         // its request on its first poll. Nothing is decided between them that could stop the
         // commit: a statement that fails aborts the transaction, and the `COMMIT` then rolls
-        // it back.
+        // it back. The rows are read only once the transaction has ended.
         c.prepare_cached(FINISH_SUCCESSES).await.map_err(pg_err)?;
         c.prepare_cached(&WORKER_CLAIM).await.map_err(pg_err)?;
-        let (begun, acks, got, ended) = tokio::join!(
+        let (begun, written, dealt, ended) = tokio::join!(
             biased;
             c.batch_execute("BEGIN"),
-            finish_successes(&c, &finishes),
-            worker_claims(&c, &claims),
+            success_rows(&c, &finishes),
+            worker_claim_rows(&c, &claims),
             c.batch_execute("COMMIT"),
         );
         begun.map_err(pg_err)?;
-        let acks = acks?;
-        match got {
-            Ok(got) => {
+        let written = written?;
+        match dealt {
+            Ok(dealt) => {
                 ended.map_err(pg_err)?;
-                Ok(acks.into_iter().zip(got.into_iter().map(Ok)).collect())
+                // Committed. Rows that cannot be read (a bug) are an error for what they
+                // answer, not a reason to write the outcomes again: they are written.
+                let acks = success_acks(&finishes, &written)?;
+                let got: Vec<_> = match dealt_claims(&claims, &dealt) {
+                    Ok(got) => got.into_iter().map(Ok).collect(),
+                    Err(e) => claims.iter().map(|_| Err(e.clone())).collect(),
+                };
+                Ok(acks.into_iter().zip(got).collect())
             }
             Err(e) => {
                 // The claim failed, so the `COMMIT` rolled the outcomes back: they are
@@ -1249,6 +1269,12 @@ async fn finish_successes<C: GenericClient>(
     c: &C,
     reqs: &[OccurrenceFinishMany],
 ) -> R<Vec<Vec<Ack>>> {
+    let rows = success_rows(c, reqs).await?;
+    success_acks(reqs, &rows)
+}
+
+/// The rows of the success statement for `reqs` (none for no request).
+async fn success_rows<C: GenericClient>(c: &C, reqs: &[OccurrenceFinishMany]) -> R<Vec<Row>> {
     let Some(p) = reqs.first() else {
         return Ok(Vec::new());
     };
@@ -1266,7 +1292,7 @@ async fn finish_successes<C: GenericClient>(
         .collect();
     let workers: Vec<&str> = items().map(|(r, _)| r.worker_id.as_str()).collect();
     let now_override = p.now.map(|t| t.as_millisecond());
-    let rows = query(
+    query(
         c,
         FINISH_SUCCESSES,
         &[
@@ -1278,10 +1304,17 @@ async fn finish_successes<C: GenericClient>(
             &workers,
         ],
     )
-    .await?;
+    .await
+}
+
+/// Each request's acknowledgements from the success statement's `rows`, in request order.
+fn success_acks(reqs: &[OccurrenceFinishMany], rows: &[Row]) -> R<Vec<Vec<Ack>>> {
+    if reqs.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut found: HashMap<Uuid, (bool, FenceView)> = HashMap::with_capacity(rows.len());
     let mut now = None;
-    for r in &rows {
+    for r in rows {
         now = Some(r.try_get::<_, i64>(11).map_err(pg_err)?);
         if r.try_get::<_, Option<i64>>(0).map_err(pg_err)?.is_some() {
             let (_, id, view) = fence_view(r)?;
