@@ -1362,15 +1362,22 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
     if p.after.is_some() {
         sql.push_str(" AND (scheduled_for, id) > (:after_t, :after_id)");
     }
+    // The state is written into the statement, not bound: only a literal lets the planner see
+    // that `RUNNING` may use the partial index of running occurrences (plans are not made
+    // with bound values: `crate::stable_plans`).
     if let Some(state) = p.state {
-        sql.push_str(match state {
-            OccurrenceState::Scheduled => " AND state = 'READY' AND available_at > :now",
-            OccurrenceState::Ready => {
-                " AND state IN ('READY', 'RETRY_WAIT') AND available_at <= :now"
+        match state {
+            OccurrenceState::Scheduled => {
+                sql.push_str(" AND state = 'READY' AND available_at > :now");
             }
-            OccurrenceState::RetryWait => " AND state = 'RETRY_WAIT' AND available_at > :now",
-            _ => " AND state = :state",
-        });
+            OccurrenceState::Ready => {
+                sql.push_str(" AND state IN ('READY', 'RETRY_WAIT') AND available_at <= :now");
+            }
+            OccurrenceState::RetryWait => {
+                sql.push_str(" AND state = 'RETRY_WAIT' AND available_at > :now");
+            }
+            s => sql.push_str(&format!(" AND state = '{}'", s.as_str())),
+        }
     }
     sql.push_str(" ORDER BY scheduled_for, id LIMIT :limit");
     let mut stmt = c.prepare_cached(&sql).map_err(db_err)?;
@@ -1391,13 +1398,10 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
         named.push((":after_t", Box::new(t.as_millisecond())));
         named.push((":after_id", Box::new(id.0)));
     }
-    if let Some(state) = p.state {
-        match state {
-            OccurrenceState::Scheduled | OccurrenceState::Ready | OccurrenceState::RetryWait => {
-                named.push((":now", Box::new(now)))
-            }
-            s => named.push((":state", Box::new(s.as_str()))),
-        }
+    if let Some(OccurrenceState::Scheduled | OccurrenceState::Ready | OccurrenceState::RetryWait) =
+        p.state
+    {
+        named.push((":now", Box::new(now)));
     }
     let refs: Vec<(&str, &dyn rusqlite::ToSql)> =
         named.iter().map(|(k, v)| (*k, v.as_ref())).collect();

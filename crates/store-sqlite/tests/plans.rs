@@ -24,6 +24,12 @@ fn hot_statements_use_their_indexes() {
     let path = dir.path().join("plans.db");
     drop(campanile_store_sqlite::SqliteStore::open(&path).expect("open"));
     let c = Connection::open(&path).expect("open");
+    // As the store's connections plan: never with the values bound.
+    c.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .expect("QPSG");
     let lookup = plan(
         &c,
         "SELECT seq FROM occurrences WHERE id = ? AND tenant_id = ?",
@@ -85,4 +91,23 @@ fn hot_statements_use_their_indexes() {
     }
     assert!(!overlap.contains("occurrences_schedule "), "{overlap}");
     assert!(!overlap.contains("SCAN occurrences"), "{overlap}");
+    // Listing a tenant's running occurrences reads the running ones, not all of them (the
+    // list writes the state into the statement, so the partial index qualifies).
+    let running = plan(
+        &c,
+        "SELECT seq FROM occurrences WHERE tenant_id = ? AND state = 'RUNNING'
+          ORDER BY scheduled_for, id LIMIT ?",
+    );
+    eprintln!("running: {running}");
+    assert!(
+        running.contains("occurrences_running (tenant_id=?)"),
+        "{running}"
+    );
+    let bound = plan(
+        &c,
+        "SELECT seq FROM occurrences WHERE tenant_id = ? AND state = ?
+          ORDER BY scheduled_for, id LIMIT ?",
+    );
+    eprintln!("running, bound: {bound}");
+    assert!(bound.contains("SCAN occurrences"), "{bound}");
 }
