@@ -1428,26 +1428,24 @@ mod tests {
         let mut conn = Connection::open(dir.path().join("plans.db")).unwrap();
         crate::configure(&conn).unwrap();
         crate::migrate::apply(&mut conn).unwrap();
+        // Runs a cached statement once and says how often it was prepared again.
+        let reprepared = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
+            let mut s = conn.prepare_cached(sql).unwrap();
+            s.query_map(params, |_| Ok(())).unwrap().for_each(drop);
+            s.get_status(StatementStatus::RePrepare)
+        };
         for constrained in [false, true] {
             let sql = ClaimSql::get(constrained);
             for n in 1..=4i64 {
-                let mut s = conn.prepare_cached(&sql.probe).unwrap();
-                s.query_map(params![1i64, "q", n], |_| Ok(()))
-                    .unwrap()
-                    .for_each(drop);
-                assert_eq!(s.get_status(StatementStatus::RePrepare), 0, "probe, {n}");
-                drop(s);
-                let mut s = conn.prepare_cached(&sql.range).unwrap();
-                s.query_map(params![1i64, "q", n, n, n], |_| Ok(()))
-                    .unwrap()
-                    .for_each(drop);
-                assert_eq!(s.get_status(StatementStatus::RePrepare), 0, "range, {n}");
-                drop(s);
-                let mut s = conn.prepare_cached(&sql.expired).unwrap();
-                s.query_map(params![1i64, "q", n, n], |_| Ok(()))
-                    .unwrap()
-                    .for_each(drop);
-                assert_eq!(s.get_status(StatementStatus::RePrepare), 0, "expired, {n}");
+                assert_eq!(
+                    reprepared(&sql.probe, params![1i64, "q", n]),
+                    0,
+                    "probe, {n}"
+                );
+                let range = reprepared(&sql.range, params![1i64, "q", n, n, n]);
+                assert_eq!(range, 0, "range, {n}");
+                let expired = reprepared(&sql.expired, params![1i64, "q", n, n]);
+                assert_eq!(expired, 0, "expired, {n}");
             }
         }
     }
