@@ -68,14 +68,39 @@ pub fn occurrence_id(
     let name = format!("{}/{}/{}", schedule_id.0, version, ms);
     let hash = Uuid::new_v5(&OCCURRENCE_NAMESPACE, name.as_bytes()).into_bytes();
     let mut b = [0u8; 16];
-    // 48-bit big-endian milliseconds; instants before 1970 or after 10889 wrap, which only
-    // costs ordering, never uniqueness (the hash still covers the full key).
+    // 48-bit big-endian milliseconds; instants before 1970 wrap (later ones cannot: the
+    // 48 bits reach the year 10889, past the last instant a `Timestamp` holds), which only
+    // costs ordering, never uniqueness (the hash still covers the full key). The planner
+    // refuses instants before 1970 (`campanile_planner::validate`), so stored ids sort
+    // exactly as `(scheduled_for, id)` does, and listings page through the id index.
     b[..6].copy_from_slice(&(ms as u64).to_be_bytes()[2..]);
     b[6..].copy_from_slice(&hash[6..]);
     OccurrenceId(Uuid::new_v8(b))
 }
 
 impl OccurrenceId {
+    /// The least id of any occurrence planned at `at` or later (for instants from 1970 on):
+    /// `scheduled_for >= at` is `id >= OccurrenceId::floor(at)`, and `scheduled_for < at` is
+    /// `id < OccurrenceId::floor(at)`, so a range of planned instants is a range of the id
+    /// index. An instant before 1970 gives the least id of all.
+    ///
+    /// ```
+    /// use campanile_core::{occurrence_id, OccurrenceId, ScheduleId};
+    /// use uuid::Uuid;
+    ///
+    /// let at: jiff::Timestamp = "2026-03-09T06:30:00Z".parse()?;
+    /// let id = occurrence_id(ScheduleId(Uuid::max()), u32::MAX, at);
+    /// assert!(OccurrenceId::floor(at) <= id);
+    /// assert!(id < OccurrenceId::floor("2026-03-09T06:30:00.001Z".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn floor(at: Timestamp) -> OccurrenceId {
+        let ms = at.as_millisecond().max(0) as u64;
+        let mut b = [0u8; 16];
+        b[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+        OccurrenceId(Uuid::from_bytes(b))
+    }
+
     /// 64 well-mixed bits of the id's hash part (bytes 9..16 are SHA-1 output, free of the
     /// timestamp and of the UUID version and variant bits), for deterministic jitter.
     pub fn hash64(&self) -> u64 {
@@ -84,5 +109,42 @@ impl OccurrenceId {
         x[1..].copy_from_slice(&b[9..16]);
         x[0] = b[7]; // 8 more hash bits (byte 6 holds the version nibble)
         u64::from_be_bytes(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Ids from 1970 on sort as `(scheduled_for, id)`, and the floors bound each instant's
+        /// ids: what lets a listing in planned order read the id index.
+        #[test]
+        fn ids_sort_by_planned_instant_and_floors_bound_them(
+            a in (any::<u128>(), any::<u32>(), 0..=Timestamp::MAX.as_millisecond()),
+            b in (any::<u128>(), any::<u32>(), 0..=Timestamp::MAX.as_millisecond()),
+        ) {
+            let id = |(s, v, ms): (u128, u32, i64)| {
+                let at = Timestamp::from_millisecond(ms).expect("in range");
+                (at, occurrence_id(ScheduleId(Uuid::from_u128(s)), v, at))
+            };
+            let (ta, ia) = id(a);
+            let (tb, ib) = id(b);
+            prop_assert_eq!((ta, ia).cmp(&(tb, ib)), ia.cmp(&ib));
+            prop_assert!(OccurrenceId::floor(ta) <= ia);
+            prop_assert_eq!(tb < ta, ib < OccurrenceId::floor(ta));
+            prop_assert_eq!(tb >= ta, ib >= OccurrenceId::floor(ta));
+        }
+    }
+
+    #[test]
+    fn an_instant_before_1970_floors_to_the_least_id() {
+        let before = Timestamp::from_millisecond(-1).expect("in range");
+        assert_eq!(OccurrenceId::floor(before), OccurrenceId(Uuid::nil()));
+        assert_eq!(
+            OccurrenceId::floor(Timestamp::UNIX_EPOCH),
+            OccurrenceId(Uuid::nil())
+        );
     }
 }

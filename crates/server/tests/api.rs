@@ -500,6 +500,12 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             json!({"queue": "q", "every": "1h", "misfire": {"policy": "skip", "catchup_max": 5}}),
             "only to the catchup policy",
         ),
+        // Listings read occurrences in planned order from their ids, which sort so only from
+        // 1970 on; a one-off that runs late is the only way to plan earlier.
+        (
+            json!({"queue": "q", "at": "1969-12-31T23:59:59.999Z", "misfire": {"policy": "fire_once"}}),
+            "before 1970",
+        ),
     ];
     for (body, needle) in cases {
         let (s, v) = app

@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "overlap_history",
         include_str!("../migrations/0015_overlap_history.sql"),
     ),
+    (
+        16,
+        "key_by_schedule",
+        include_str!("../migrations/0016_key_by_schedule.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -1759,6 +1759,21 @@ pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occu
         );
         push(", ?)", Box::new(id.0), &mut sql);
     }
+    // Across schedules, planned order is id order (ids lead with their planned instant,
+    // `campanile_core::occurrence_id`), so the id index reads a range of planned instants in
+    // order: the same rows, bounded by ids as well.
+    let by_id = p.schedule_id.is_none();
+    if by_id {
+        if let Some(f) = p.from {
+            push(" AND id >= ?", Box::new(OccurrenceId::floor(f).0), &mut sql);
+        }
+        if let Some(t) = p.to {
+            push(" AND id < ?", Box::new(OccurrenceId::floor(t).0), &mut sql);
+        }
+        if let Some((_, id)) = p.after {
+            push(" AND id > ?", Box::new(id.0), &mut sql);
+        }
+    }
     if let Some(state) = p.state {
         match state {
             OccurrenceState::Scheduled => push(
@@ -1780,7 +1795,11 @@ pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occu
         }
     }
     push(
-        " ORDER BY scheduled_for, id LIMIT ?",
+        if by_id {
+            " ORDER BY id LIMIT ?"
+        } else {
+            " ORDER BY scheduled_for, id LIMIT ?"
+        },
         Box::new(i64::from(p.limit)),
         &mut sql,
     );
@@ -1971,9 +1990,23 @@ mod plan_tests {
         ] {
             assert!(plan.contains(index), "overlap state, {index}:\n{plan}");
         }
+        // The key (schedule_id, scheduled_for, version) is the schedule's whole history.
         assert!(
-            !plan.contains("Seq Scan") && !plan.contains("occurrences_schedule "),
+            !plan.contains("Seq Scan") && !plan.contains("occurrences_key "),
             "overlap state:\n{plan}"
         );
+        // A listing across schedules reads the id index in order (ids lead with their planned
+        // instant), so a page stops at its limit instead of sorting the range first.
+        let plan = generic_plan(
+            &c,
+            "listing",
+            "SELECT seq FROM occurrences WHERE tenant_id = $1 AND scheduled_for >= $2
+                AND scheduled_for < $3 AND id >= $4 AND id < $5 ORDER BY id LIMIT $6",
+            "(1, 0, 10, gen_random_uuid(), gen_random_uuid(), 10)",
+        )
+        .await;
+        eprintln!("listing:\n{plan}");
+        assert!(plan.contains("occurrences_id_key"), "listing:\n{plan}");
+        assert!(!plan.contains("Sort"), "listing:\n{plan}");
     }
 }

@@ -398,3 +398,79 @@ async fn upgrade_finishes_active_schedules_with_nothing_left_to_plan() {
         ]
     );
 }
+
+/// Migration 16 makes the occurrence key schedule-major (and it replaces the schedule's own
+/// index) on a table that holds occurrences: they stay, the key still refuses a second
+/// occurrence of an instant, and the time-major key and the schedule index are gone.
+#[tokio::test]
+async fn upgrade_keys_occurrences_by_schedule() {
+    const KEY_BY_SCHEDULE: i64 = 16;
+    let Some((url, schema, c)) = old_database("reports", KEY_BY_SCHEDULE).await else {
+        return;
+    };
+    c.batch_execute(
+        "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+             queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+         SELECT gen_random_uuid(), 1, '00000000-0000-7000-8000-000000000001', 1 + i % 2, i / 2,
+             i / 2, 'reports', 0, 'READY', 3, 1000, 60000, 0
+           FROM generate_series(0, 99) i",
+    )
+    .await
+    .expect("old occurrences");
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let kept: i64 = c
+        .query_one("SELECT count(*) FROM occurrences", &[])
+        .await
+        .expect("count")
+        .get(0);
+    let duplicate = c
+        .execute(
+            "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+                 queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+             VALUES (gen_random_uuid(), 1, '00000000-0000-7000-8000-000000000001', 2, 7, 7,
+                 'reports', 0, 'READY', 3, 1000, 60000, 0)",
+            &[],
+        )
+        .await;
+    let indexes: Vec<String> = c
+        .query(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'occurrences'
+              ORDER BY indexname",
+            &[&schema],
+        )
+        .await
+        .expect("indexes")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let key: Option<String> = c
+        .query_opt(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'occurrences_key'",
+            &[&schema],
+        )
+        .await
+        .expect("key")
+        .map(|r| r.get(0));
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    assert_eq!(kept, 100);
+    let err = duplicate.expect_err("a second occurrence of an instant");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION),
+        "{err}"
+    );
+    let key = key.expect("the new key");
+    assert!(
+        key.contains("UNIQUE") && key.contains("(schedule_id, scheduled_for, version)"),
+        "{key}"
+    );
+    assert!(
+        !indexes.iter().any(|i| i == "occurrences_schedule"
+            || i == "occurrences_scheduled_for_schedule_id_version_key"),
+        "{indexes:?}"
+    );
+}

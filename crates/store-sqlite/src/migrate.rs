@@ -68,6 +68,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "overlap_history",
         include_str!("../migrations/0013_overlap_history.sql"),
     ),
+    (
+        14,
+        "key_by_schedule",
+        include_str!("../migrations/0014_key_by_schedule.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -1362,6 +1362,21 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
     if p.after.is_some() {
         sql.push_str(" AND (scheduled_for, id) > (:after_t, :after_id)");
     }
+    // Across schedules, planned order is id order (ids lead with their planned instant,
+    // `campanile_core::occurrence_id`), so the id index reads a range of planned instants in
+    // order: the same rows, bounded by ids as well.
+    let by_id = sid.is_none();
+    if by_id {
+        if p.from.is_some() {
+            sql.push_str(" AND id >= :id_from");
+        }
+        if p.to.is_some() {
+            sql.push_str(" AND id < :id_to");
+        }
+        if p.after.is_some() {
+            sql.push_str(" AND id > :after_id");
+        }
+    }
     // The state is written into the statement, not bound: only a literal lets the planner see
     // that `RUNNING` may use the partial index of running occurrences (plans are not made
     // with bound values: `crate::stable_plans`).
@@ -1379,7 +1394,11 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
             s => sql.push_str(&format!(" AND state = '{}'", s.as_str())),
         }
     }
-    sql.push_str(" ORDER BY scheduled_for, id LIMIT :limit");
+    sql.push_str(if by_id {
+        " ORDER BY id LIMIT :limit"
+    } else {
+        " ORDER BY scheduled_for, id LIMIT :limit"
+    });
     let mut stmt = c.prepare_cached(&sql).map_err(db_err)?;
     let mut named: Vec<(&str, Box<dyn rusqlite::ToSql>)> = vec![
         (":tenant", Box::new(p.tenant.0)),
@@ -1390,9 +1409,15 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
     }
     if let Some(f) = p.from {
         named.push((":from", Box::new(f.as_millisecond())));
+        if by_id {
+            named.push((":id_from", Box::new(OccurrenceId::floor(f).0)));
+        }
     }
     if let Some(t) = p.to {
         named.push((":to", Box::new(t.as_millisecond())));
+        if by_id {
+            named.push((":id_to", Box::new(OccurrenceId::floor(t).0)));
+        }
     }
     if let Some((t, id)) = p.after {
         named.push((":after_t", Box::new(t.as_millisecond())));

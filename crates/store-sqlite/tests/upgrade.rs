@@ -444,3 +444,99 @@ fn upgrade_keeps_recent_runs_in_the_overlap_history() {
         .expect("state");
     assert_eq!(state, "SKIPPED_OVERLAP");
 }
+
+/// Migration 14 rebuilds the occurrences table around a schedule-major key: every row comes
+/// through as it was (seq included, which attempts name), the key still refuses a second
+/// occurrence of an instant, and the schedule's separate index is gone.
+#[test]
+fn upgrade_rebuilds_occurrences_around_a_schedule_major_key() {
+    const KEY_BY_SCHEDULE: i64 = 14;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.db");
+    old_database(&path, "billing");
+    let conn = migrated_up_to(&path, KEY_BY_SCHEDULE);
+    // Every column set, in different states, two versions of one schedule at one instant.
+    for (seq, version, at, state, owner, result) in [
+        (3, 1, 1_000, "RUNNING", Some("w"), None),
+        (7, 1, 2_000, "SUCCEEDED", Some("w"), Some("{\"ok\":1}")),
+        (8, 2, 2_000, "MISSED", None, None),
+        (9, 2, 3_000, "READY", None, None),
+    ] {
+        conn.execute(
+            "INSERT INTO occurrences (seq, id, tenant_id, schedule_id, version, scheduled_for,
+                 available_at, queue, priority, state, epoch, owner, lease_until, claimed_at,
+                 attempts, max_attempts, backoff_initial_ms, backoff_max_ms, overlap,
+                 cancel_requested, result, last_error_class, last_error, created_at,
+                 finished_at, lease_ms, due_at, ran_until)
+             VALUES (?1, randomblob(16), 1, X'01', ?2, ?3, ?3 + 5, 'billing', 4, ?4, 2, ?5,
+                 ?3 + 30000, ?3 + 1, 2, 3, 1000, 60000, 1, 1, ?6, 'transient', 'timeout', 7,
+                 ?3 + 9, 45000, ?3 + 5, ?3 + 8)",
+            rusqlite::params![seq, version, at, state, owner, result],
+        )
+        .expect("occurrence");
+    }
+    let rows = |c: &Connection| -> Vec<Vec<rusqlite::types::Value>> {
+        let mut stmt = c
+            .prepare("SELECT * FROM occurrences ORDER BY seq")
+            .expect("prepare");
+        let n = stmt.column_count();
+        stmt.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    let before = rows(&conn);
+    drop(conn);
+
+    drop(SqliteStore::open(&path).expect("upgrade"));
+    let conn = Connection::open(&path).expect("open");
+    assert_eq!(rows(&conn), before);
+    assert_eq!(
+        schema_version(&path),
+        MIGRATIONS.last().expect("migrations").0
+    );
+    let duplicate = conn.execute(
+        "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+             queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+         VALUES (randomblob(16), 1, X'01', 2, 2000, 2000, 'billing', 0, 'READY', 3, 1000, 60000, 0)",
+        [],
+    );
+    assert!(
+        matches!(
+            duplicate,
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+        ),
+        "{duplicate:?}"
+    );
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'occurrences' ORDER BY name")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(
+        indexes,
+        [
+            "occurrences_pending",
+            "occurrences_pending_constrained",
+            "occurrences_pending_constrained_schedule",
+            "occurrences_ran_constrained_schedule",
+            "occurrences_running",
+            "occurrences_running_schedule",
+            "sqlite_autoindex_occurrences_1",
+            "sqlite_autoindex_occurrences_2",
+        ]
+    );
+    let key: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM pragma_index_info('sqlite_autoindex_occurrences_2') ORDER BY seqno",
+        )
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(key, ["schedule_id", "scheduled_for", "version"]);
+}

@@ -533,6 +533,85 @@ pub fn list_filters_and_cursor(rt: &Runtime, h: Harness) {
             seen.extend(page.into_iter().map(|o| o.scheduled_for));
         }
         assert_eq!(seen, (0..24).map(|i| secs(i * 10)).collect::<Vec<_>>());
+
+        // Across the tenant's schedules: a second one shares some instants and falls between
+        // others, so the order within an instant is by id.
+        let second = Fixture {
+            tenant: f.tenant,
+            schedule: new_schedule(s, f.tenant, "q").await,
+        };
+        let mut theirs: Vec<NewOccurrence> = (0..10)
+            .map(|i| new_occ(&second, "q", secs(i * 25), 3))
+            .collect();
+        theirs[3].state = OccurrenceState::Missed;
+        insert(s, &second, theirs).await;
+        let all = |from: Option<i64>, to: Option<i64>| OccurrenceList {
+            schedule_id: None,
+            ..list(None, from, to)
+        };
+        let mut expected: Vec<(Timestamp, OccurrenceId)> = (0..24)
+            .map(|i| (f.schedule, secs(i * 10)))
+            .chain((0..10).map(|i| (second.schedule, secs(i * 25))))
+            .map(|(id, t)| (t, occurrence_id(id, 1, t)))
+            .collect();
+        expected.sort();
+        let key = |o: &Occurrence| (o.scheduled_for, o.id);
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = s
+                .occurrence_list(OccurrenceList {
+                    after,
+                    limit: 3,
+                    ..all(None, None)
+                })
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            after = page.last().map(key);
+            seen.extend(page.iter().map(key));
+        }
+        assert_eq!(
+            seen, expected,
+            "every occurrence of the tenant once, in order"
+        );
+        let window = s.occurrence_list(all(Some(50), Some(100))).await.unwrap();
+        assert_eq!(
+            window.iter().map(key).collect::<Vec<_>>(),
+            expected
+                .iter()
+                .copied()
+                .filter(|(t, _)| (secs(50)..secs(100)).contains(t))
+                .collect::<Vec<_>>()
+        );
+        let resumed = s
+            .occurrence_list(OccurrenceList {
+                after: Some(expected[5]),
+                ..all(Some(20), Some(200))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            resumed.iter().map(key).collect::<Vec<_>>(),
+            expected
+                .iter()
+                .copied()
+                .filter(|k| *k > expected[5] && (secs(20)..secs(200)).contains(&k.0))
+                .collect::<Vec<_>>()
+        );
+        let missed = s
+            .occurrence_list(OccurrenceList {
+                state: Some(OccurrenceState::Missed),
+                ..all(None, None)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            missed.iter().map(|o| o.scheduled_for).collect::<Vec<_>>(),
+            [secs(75), secs(200), secs(210), secs(220)]
+        );
     });
 }
 
