@@ -1751,7 +1751,12 @@ pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occu
             &mut sql,
         );
     }
-    if let Some((t, id)) = p.after {
+    // Across schedules, planned order is id order (ids lead with their planned instant,
+    // `campanile_core::occurrence_id`), so the id index reads a range of planned instants in
+    // order: the same rows, bounded by ids as well, and the cursor is the id alone (a row an
+    // older version planned before 1970 sorts last, and is still listed once).
+    let by_id = p.schedule_id.is_none();
+    if let Some((t, id)) = p.after.filter(|_| !by_id) {
         push(
             " AND (scheduled_for, id) > (?",
             Box::new(t.as_millisecond()),
@@ -1759,10 +1764,6 @@ pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occu
         );
         push(", ?)", Box::new(id.0), &mut sql);
     }
-    // Across schedules, planned order is id order (ids lead with their planned instant,
-    // `campanile_core::occurrence_id`), so the id index reads a range of planned instants in
-    // order: the same rows, bounded by ids as well.
-    let by_id = p.schedule_id.is_none();
     if by_id {
         if let Some(f) = p.from {
             push(" AND id >= ?", Box::new(OccurrenceId::floor(f).0), &mut sql);

@@ -1359,13 +1359,14 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
     if p.to.is_some() {
         sql.push_str(" AND scheduled_for < :to");
     }
-    if p.after.is_some() {
-        sql.push_str(" AND (scheduled_for, id) > (:after_t, :after_id)");
-    }
     // Across schedules, planned order is id order (ids lead with their planned instant,
     // `campanile_core::occurrence_id`), so the id index reads a range of planned instants in
-    // order: the same rows, bounded by ids as well.
+    // order: the same rows, bounded by ids as well, and the cursor is the id alone (a row an
+    // older version planned before 1970 sorts last, and is still listed once).
     let by_id = sid.is_none();
+    if p.after.is_some() && !by_id {
+        sql.push_str(" AND (scheduled_for, id) > (:after_t, :after_id)");
+    }
     if by_id {
         if p.from.is_some() {
             sql.push_str(" AND id >= :id_from");
@@ -1420,7 +1421,9 @@ pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R
         }
     }
     if let Some((t, id)) = p.after {
-        named.push((":after_t", Box::new(t.as_millisecond())));
+        if !by_id {
+            named.push((":after_t", Box::new(t.as_millisecond())));
+        }
         named.push((":after_id", Box::new(id.0)));
     }
     if let Some(OccurrenceState::Scheduled | OccurrenceState::Ready | OccurrenceState::RetryWait) =
