@@ -515,24 +515,18 @@ pub fn list_filters_and_cursor(rt: &Runtime, h: Harness) {
             (10..15).map(|i| secs(i * 10)).collect::<Vec<_>>()
         );
         // Cursor pages cover everything exactly once, in order.
-        let mut seen = Vec::new();
-        let mut after = None;
-        loop {
-            let page = s
-                .occurrence_list(OccurrenceList {
-                    after,
-                    limit: 7,
-                    ..list(None, None, None)
-                })
-                .await
-                .unwrap();
-            if page.is_empty() {
-                break;
-            }
-            after = page.last().map(|o| (o.scheduled_for, o.id));
-            seen.extend(page.into_iter().map(|o| o.scheduled_for));
-        }
-        assert_eq!(seen, (0..24).map(|i| secs(i * 10)).collect::<Vec<_>>());
+        let seen = list_pages(
+            s,
+            OccurrenceList {
+                limit: 7,
+                ..list(None, None, None)
+            },
+        )
+        .await;
+        assert_eq!(
+            seen.iter().map(|o| o.scheduled_for).collect::<Vec<_>>(),
+            (0..24).map(|i| secs(i * 10)).collect::<Vec<_>>()
+        );
 
         // Across the tenant's schedules: a second one shares some instants and falls between
         // others, so the order within an instant is by id.
@@ -556,25 +550,17 @@ pub fn list_filters_and_cursor(rt: &Runtime, h: Harness) {
             .collect();
         expected.sort();
         let key = |o: &Occurrence| (o.scheduled_for, o.id);
-        let mut seen = Vec::new();
-        let mut after = None;
-        loop {
-            let page = s
-                .occurrence_list(OccurrenceList {
-                    after,
-                    limit: 3,
-                    ..all(None, None)
-                })
-                .await
-                .unwrap();
-            if page.is_empty() {
-                break;
-            }
-            after = page.last().map(key);
-            seen.extend(page.iter().map(key));
-        }
+        let seen = list_pages(
+            s,
+            OccurrenceList {
+                limit: 3,
+                ..all(None, None)
+            },
+        )
+        .await;
         assert_eq!(
-            seen, expected,
+            seen.iter().map(key).collect::<Vec<_>>(),
+            expected,
             "every occurrence of the tenant once, in order"
         );
         let window = s.occurrence_list(all(Some(50), Some(100))).await.unwrap();
@@ -621,23 +607,19 @@ pub fn list_filters_and_cursor(rt: &Runtime, h: Harness) {
             (0..3).map(|i| new_occ(&old, "q", secs(i), 3)).collect();
         items.push(new_occ(&old, "q", before_1970, 3));
         insert(s, &old, items).await;
-        let mut seen = Vec::new();
-        let mut after = None;
-        loop {
-            let page = s
-                .occurrence_list(OccurrenceList {
-                    tenant: old.tenant,
-                    after,
-                    limit: 1,
-                    ..all(None, None)
-                })
-                .await
-                .unwrap();
-            let Some(last) = page.last() else { break };
-            after = Some(key(last));
-            seen.extend(page.iter().map(|o| o.scheduled_for));
-        }
-        assert_eq!(seen, [secs(0), secs(1), secs(2), before_1970]);
+        let seen = list_pages(
+            s,
+            OccurrenceList {
+                tenant: old.tenant,
+                limit: 1,
+                ..all(None, None)
+            },
+        )
+        .await;
+        assert_eq!(
+            seen.iter().map(|o| o.scheduled_for).collect::<Vec<_>>(),
+            [secs(0), secs(1), secs(2), before_1970]
+        );
     });
 }
 

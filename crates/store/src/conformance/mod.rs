@@ -201,6 +201,27 @@ pub(crate) async fn insert(
     ids
 }
 
+/// Every occurrence `list` names, walked page by page with the cursor (each page `list.limit`
+/// long), in the order the pages give them.
+pub(crate) async fn list_pages(store: &dyn Store, list: OccurrenceList) -> Vec<Occurrence> {
+    let mut all = Vec::new();
+    let mut after = list.after;
+    loop {
+        let page = store
+            .occurrence_list(OccurrenceList {
+                after,
+                ..list.clone()
+            })
+            .await
+            .expect("list");
+        let Some(last) = page.last() else {
+            return all;
+        };
+        after = Some((last.scheduled_for, last.id));
+        all.extend(page);
+    }
+}
+
 pub(crate) async fn claim(
     store: &dyn Store,
     f: &Fixture,

@@ -173,25 +173,16 @@ pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
         // Right after the race: nothing lost. Every occurrence exists and is succeeded, dead,
         // or still on its way to a worker.
         let now = Timestamp::from_millisecond(clock.load(Ordering::SeqCst)).unwrap();
-        let mut all = Vec::new();
-        let mut after = None;
-        loop {
-            let page = s
-                .occurrence_list(OccurrenceList {
-                    tenant: f.tenant,
-                    after,
-                    limit: 1000,
-                    now: Some(now),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            if page.is_empty() {
-                break;
-            }
-            after = page.last().map(|o| (o.scheduled_for, o.id));
-            all.extend(page);
-        }
+        let all = list_pages(
+            s,
+            OccurrenceList {
+                tenant: f.tenant,
+                limit: 1000,
+                now: Some(now),
+                ..Default::default()
+            },
+        )
+        .await;
         assert_eq!(all.len() as i64, OCCURRENCES, "no occurrence may vanish");
         for o in &all {
             assert!(
