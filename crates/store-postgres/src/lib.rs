@@ -115,6 +115,36 @@ async fn generic_plans_on(client: &mut deadpool_postgres::ClientWrapper) -> Resu
     Ok(())
 }
 
+/// Where autovacuum is on for the occurrences table ([`PgStore::autovacuum`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Autovacuum {
+    /// The server's `autovacuum` setting.
+    pub server: bool,
+    /// The table's `autovacuum_enabled` storage parameter (true when unset).
+    pub table: bool,
+}
+
+/// Whether autovacuum covers the occurrences table of the connection's schema.
+async fn autovacuum(c: &tokio_postgres::Client) -> Result<Autovacuum, StoreError> {
+    let row = c
+        .query_one(
+            "SELECT current_setting('autovacuum')::bool,
+                    NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o(opt)
+                                     WHERE oid = 'occurrences'::regclass
+                                       AND lower(opt) IN ('autovacuum_enabled=false',
+                                                          'autovacuum_enabled=off',
+                                                          'autovacuum_enabled=0',
+                                                          'autovacuum_enabled=no'))",
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
+    Ok(Autovacuum {
+        server: row.try_get(0).map_err(pg_err)?,
+        table: row.try_get(1).map_err(pg_err)?,
+    })
+}
+
 /// Drops its store's schema when dropped ([`PgStore::drop_schema_on_drop`]). Failures are
 /// ignored: it runs during unwinding too.
 #[derive(Debug)]
@@ -219,7 +249,27 @@ impl PgStore {
                 .map_err(pg_err)?;
         }
         migrate::apply(&mut client).await?;
+        match autovacuum(&client).await {
+            Ok(a) if a.server && a.table => {}
+            Ok(_) => tracing::warn!(
+                "autovacuum does not run on the occurrences table: every claim walks the index \
+                 entries that earlier claims left behind, and claims slow down until the table \
+                 is vacuumed (docs/DESIGN.md, \"Why warn when autovacuum is off?\")"
+            ),
+            Err(e) => tracing::debug!(error = %e, "cannot tell whether autovacuum runs"),
+        }
         Ok(store)
+    }
+
+    /// Whether autovacuum covers the occurrences table: it must be on for the server and not
+    /// turned off for the table ([`PgStore::connect`] warns when it is not).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the database cannot be reached.
+    pub async fn autovacuum(&self) -> Result<Autovacuum, StoreError> {
+        let client = self.pool.get().await.map_err(pool_err)?;
+        autovacuum(&client).await
     }
 
     /// Drops this store's schema and everything in it (tests use one schema each).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use campanile_store::conformance::Harness;
-use campanile_store_postgres::{PgOptions, PgStore};
+use campanile_store_postgres::{Autovacuum, PgOptions, PgStore};
 
 /// A store in a schema of its own, with the URL and the schema's name.
 async fn in_new_schema() -> Option<(String, String, Harness)> {
@@ -129,4 +129,53 @@ fn a_report_whose_claim_fails_keeps_its_outcomes() {
                 .expect("trigger");
         },
     );
+}
+
+/// What `connect` warns about: autovacuum off for the server, or for the occurrences table.
+#[test]
+fn tells_whether_autovacuum_covers_the_occurrences_table() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL autovacuum check)");
+        return;
+    };
+    rt.block_on(async {
+        let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+        let store = PgStore::connect_with(
+            &url,
+            PgOptions {
+                schema: Some(schema.clone()),
+                pool_size: 2,
+            },
+        )
+        .await
+        .expect("connect to PostgreSQL");
+        let _guard = store.clone().drop_schema_on_drop();
+        let c = session(&url).await;
+        let server: String = c
+            .query_one("SHOW autovacuum", &[])
+            .await
+            .expect("show")
+            .get(0);
+        let on = Autovacuum {
+            server: server == "on",
+            table: true,
+        };
+        assert_eq!(store.autovacuum().await.expect("check"), on);
+        for off in ["false", "off"] {
+            c.batch_execute(&format!(
+                "ALTER TABLE {schema}.occurrences SET (autovacuum_enabled = {off})"
+            ))
+            .await
+            .expect("turn autovacuum off for the table");
+            let a = store.autovacuum().await.expect("check");
+            assert_eq!(a, Autovacuum { table: false, ..on }, "{off}");
+        }
+        c.batch_execute(&format!(
+            "ALTER TABLE {schema}.occurrences SET (autovacuum_enabled = true)"
+        ))
+        .await
+        .expect("turn it back on");
+        assert_eq!(store.autovacuum().await.expect("check"), on);
+    });
 }
