@@ -12,9 +12,19 @@ async fn in_new_schema() -> Option<(String, String, Harness)> {
         eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL conformance)");
         return None;
     };
+    let (schema, store) = connect_in_new_schema(&url).await;
+    let h = Harness {
+        store: Arc::new(store.clone()),
+        guard: Box::new(store.drop_schema_on_drop()),
+    };
+    Some((url, schema, h))
+}
+
+/// A store at `url` in a new schema of its own, and the schema's name.
+async fn connect_in_new_schema(url: &str) -> (String, PgStore) {
     let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
     let store = PgStore::connect_with(
-        &url,
+        url,
         PgOptions {
             schema: Some(schema.clone()),
             pool_size: 10,
@@ -22,11 +32,7 @@ async fn in_new_schema() -> Option<(String, String, Harness)> {
     )
     .await
     .expect("connect to PostgreSQL");
-    let h = Harness {
-        store: Arc::new(store.clone()),
-        guard: Box::new(store.drop_schema_on_drop()),
-    };
-    Some((url, schema, h))
+    (schema, store)
 }
 
 /// A connection of its own to the test database (closed when dropped).
@@ -140,16 +146,7 @@ fn tells_whether_autovacuum_covers_the_occurrences_table() {
         return;
     };
     rt.block_on(async {
-        let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-        let store = PgStore::connect_with(
-            &url,
-            PgOptions {
-                schema: Some(schema.clone()),
-                pool_size: 2,
-            },
-        )
-        .await
-        .expect("connect to PostgreSQL");
+        let (schema, store) = connect_in_new_schema(&url).await;
         let _guard = store.clone().drop_schema_on_drop();
         let c = session(&url).await;
         let server: String = c
