@@ -567,17 +567,32 @@ mod tests {
         idle(&c).await;
     }
 
+    /// Runs `first` alone, queues `second` while it runs, then lets the statements go.
+    async fn one_arrives_meanwhile(
+        d: &Doubler,
+        c: &Arc<Coalescer<Arc<Doubler>>>,
+        key: u8,
+        first: u32,
+        second: u32,
+    ) -> (
+        tokio::task::JoinHandle<Result<u32, StoreError>>,
+        tokio::task::JoinHandle<Result<u32, StoreError>>,
+    ) {
+        d.hold.store(true, Ordering::SeqCst);
+        let first = call(c, key, first);
+        until(d, c, key, 1, 0).await;
+        let second = call(c, key, second);
+        until(d, c, key, 1, 1).await;
+        d.hold.store(false, Ordering::SeqCst);
+        (first, second)
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_statement_waits_for_company_at_most_the_linger_and_never_when_it_is_large() {
         // Company that never comes costs at most the linger: 2 arrives while 1 runs, 1's
         // caller never comes back, and 2 still runs.
         let (d, c) = lingering(Duration::from_millis(50));
-        d.hold.store(true, Ordering::SeqCst);
-        let first = call(&c, 5, 1);
-        until(&d, &c, 5, 1, 0).await;
-        let second = call(&c, 5, 2);
-        until(&d, &c, 5, 1, 1).await;
-        d.hold.store(false, Ordering::SeqCst);
+        let (first, second) = one_arrives_meanwhile(&d, &c, 5, 1, 2).await;
         assert_eq!(first.await.unwrap().unwrap(), 2);
         assert_eq!(second.await.unwrap().unwrap(), 4);
         assert_eq!(*d.statements.lock().unwrap(), vec![vec![1], vec![2]]);
@@ -586,12 +601,7 @@ mod tests {
         // A statement expected to touch more than LINGER_WEIGHT rows starts at once, however
         // long the linger: 10 and 20 would make 30.
         let (d, c) = lingering(Duration::from_secs(60));
-        d.hold.store(true, Ordering::SeqCst);
-        let first = call(&c, 6, 10);
-        until(&d, &c, 6, 1, 0).await;
-        let second = call(&c, 6, 20);
-        until(&d, &c, 6, 1, 1).await;
-        d.hold.store(false, Ordering::SeqCst);
+        let (first, second) = one_arrives_meanwhile(&d, &c, 6, 10, 20).await;
         assert_eq!(first.await.unwrap().unwrap(), 20);
         let answer = tokio::time::timeout(Duration::from_secs(20), second).await;
         assert_eq!(

@@ -129,12 +129,10 @@ async fn autovacuum(c: &tokio_postgres::Client) -> Result<Autovacuum, StoreError
     let row = c
         .query_one(
             "SELECT current_setting('autovacuum')::bool,
-                    NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o(opt)
-                                     WHERE oid = 'occurrences'::regclass
-                                       AND lower(opt) IN ('autovacuum_enabled=false',
-                                                          'autovacuum_enabled=off',
-                                                          'autovacuum_enabled=0',
-                                                          'autovacuum_enabled=no'))",
+                    NOT EXISTS (SELECT 1 FROM pg_class, pg_options_to_table(reloptions) AS o
+                                 WHERE oid = 'occurrences'::regclass
+                                   AND option_name = 'autovacuum_enabled'
+                                   AND NOT option_value::bool)",
             &[],
         )
         .await
