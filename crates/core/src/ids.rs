@@ -65,8 +65,8 @@ pub fn occurrence_id(
     scheduled_for: Timestamp,
 ) -> OccurrenceId {
     let ms = scheduled_for.as_millisecond();
-    let name = format!("{}/{}/{}", schedule_id.0, version, ms);
-    let hash = Uuid::new_v5(&OCCURRENCE_NAMESPACE, name.as_bytes()).into_bytes();
+    let mut name = KeyName::default();
+    let hash = Uuid::new_v5(&OCCURRENCE_NAMESPACE, name.of(schedule_id, version, ms)).into_bytes();
     let mut b = [0u8; 16];
     // 48-bit big-endian milliseconds; instants before 1970 wrap (later ones cannot: the
     // 48 bits reach the year 10889, past the last instant a `Timestamp` holds), which only
@@ -76,6 +76,44 @@ pub fn occurrence_id(
     b[..6].copy_from_slice(&(ms as u64).to_be_bytes()[2..]);
     b[6..].copy_from_slice(&hash[6..]);
     OccurrenceId(Uuid::new_v8(b))
+}
+
+/// The hashed name of an occurrence key, `"{schedule_id}/{version}/{unix milliseconds}"`,
+/// written into a stack buffer: the planner computes one id per planned occurrence inside the
+/// store's single writer, where `format!` cost as much as the SHA-1 itself.
+struct KeyName {
+    buf: [u8; KeyName::MAX],
+}
+
+impl Default for KeyName {
+    fn default() -> Self {
+        KeyName {
+            buf: [0; KeyName::MAX],
+        }
+    }
+}
+
+impl KeyName {
+    /// A hyphenated UUID, two slashes, a `u32` and an `i64`: 36 + 1 + 10 + 1 + 20.
+    const MAX: usize = 68;
+
+    fn of(&mut self, schedule_id: ScheduleId, version: u32, ms: i64) -> &[u8] {
+        let uuid = uuid::fmt::Hyphenated::LENGTH;
+        schedule_id
+            .0
+            .hyphenated()
+            .encode_lower(&mut self.buf[..uuid]);
+        let mut at = uuid;
+        for part in [
+            itoa::Buffer::new().format(version).as_bytes(),
+            itoa::Buffer::new().format(ms).as_bytes(),
+        ] {
+            self.buf[at] = b'/';
+            self.buf[at + 1..at + 1 + part.len()].copy_from_slice(part);
+            at += 1 + part.len();
+        }
+        &self.buf[..at]
+    }
 }
 
 impl OccurrenceId {
@@ -135,6 +173,42 @@ mod tests {
             prop_assert!(OccurrenceId::floor(ta) <= ia);
             prop_assert_eq!(tb < ta, ib < OccurrenceId::floor(ta));
             prop_assert_eq!(tb >= ta, ib >= OccurrenceId::floor(ta));
+        }
+    }
+
+    /// Stored ids must keep matching their keys across releases: these two were computed by
+    /// an independent implementation (Python's `uuid.uuid5` over the same name and
+    /// namespace, then the 48-bit millisecond prefix and the v8 version and variant bits).
+    #[test]
+    fn ids_are_stable_across_releases() {
+        let at = Timestamp::from_millisecond(1_773_037_800_000).expect("in range");
+        assert_eq!(
+            occurrence_id(ScheduleId(Uuid::nil()), 1, at).to_string(),
+            "019cd149-ca40-80b9-b9f6-2d2911f9cf4a"
+        );
+        let schedule = ScheduleId(
+            "0192f3a4-5b6c-7d8e-9fa0-b1c2d3e4f506"
+                .parse()
+                .expect("a valid uuid"),
+        );
+        let before_1970 = Timestamp::from_millisecond(-1).expect("in range");
+        assert_eq!(
+            occurrence_id(schedule, u32::MAX, before_1970).to_string(),
+            "ffffffff-ffff-8fad-bbc8-14db95d6990d"
+        );
+    }
+
+    proptest! {
+        /// The name hashed into an id is the documented text, whatever the lengths of its
+        /// numbers.
+        #[test]
+        fn the_hashed_name_is_the_documented_text(s in any::<u128>(), v in any::<u32>(), ms in any::<i64>()) {
+            let schedule = ScheduleId(Uuid::from_u128(s));
+            let mut name = KeyName::default();
+            prop_assert_eq!(
+                std::str::from_utf8(name.of(schedule, v, ms)).expect("ascii"),
+                format!("{}/{v}/{ms}", schedule.0)
+            );
         }
     }
 

@@ -3,11 +3,11 @@
 use campanile_core::{Misfire, OccurrenceId, OccurrenceState, ScheduleId};
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use crate::db_err;
-use crate::ops::{insert_occurrences, version_insert};
+use crate::ops::{OccurrenceInsert, insert_occurrences, version_insert};
 
 type R<T> = Result<T, StoreError>;
 
@@ -83,13 +83,28 @@ pub(crate) struct QueueEntry {
 
 /// Enters a schedule in its shard's queue at `next`.
 pub(crate) fn queue_insert(c: &Connection, e: QueueEntry, next: i64) -> R<()> {
-    c.prepare_cached(
-        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )
-    .and_then(|mut s| s.execute(params![e.shard, next, e.id.0, e.version, e.tenant.0]))
-    .map(|_| ())
-    .map_err(db_err)
+    QueueInsert::new(c)?.insert(e, next)
+}
+
+/// The queue insert, prepared once for a planning batch (see [`OccurrenceInsert`]).
+struct QueueInsert<'c>(CachedStatement<'c>);
+
+impl<'c> QueueInsert<'c> {
+    fn new(c: &'c Connection) -> R<Self> {
+        c.prepare_cached(
+            "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map(QueueInsert)
+        .map_err(db_err)
+    }
+
+    fn insert(&mut self, e: QueueEntry, next: i64) -> R<()> {
+        self.0
+            .execute(params![e.shard, next, e.id.0, e.version, e.tenant.0])
+            .map(|_| ())
+            .map_err(db_err)
+    }
 }
 
 /// Puts a schedule at `next` in its shard's queue (or takes it out).
@@ -536,23 +551,28 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
     // In key order: the schedules touched share B-tree pages as much as they can.
     let mut items: Vec<&PlanItem> = p.items.iter().collect();
     items.sort_by_key(|i| i.schedule_id);
+    // Prepared once for the batch, not looked up in the statement cache per schedule. (One
+    // UPDATE of the queue entry's key instead of the DELETE and INSERT costs more: SQLite
+    // checks the new key for a conflict with a seek of its own.)
+    let mut remove = c
+        .prepare_cached(
+            "DELETE FROM schedule_queue
+              WHERE shard = ?1 AND next_run_at = ?2 AND schedule_id = ?3 AND version = ?4 AND tenant_id = ?5",
+        )
+        .map_err(db_err)?;
+    let mut requeue = QueueInsert::new(c)?;
+    let mut insert = OccurrenceInsert::new(c)?;
     for item in items {
         // The fence per item: the queue entry the planner started from must still be there
         // and the schedule still at the planned version; then it moves further back.
-        let moved = c
-            .prepare_cached(
-                "DELETE FROM schedule_queue
-                  WHERE shard = ?1 AND next_run_at = ?2 AND schedule_id = ?3 AND version = ?4 AND tenant_id = ?5",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    p.shard,
-                    item.expected_next_run_at.as_millisecond(),
-                    item.schedule_id.0,
-                    item.version,
-                    item.tenant.0
-                ])
-            })
+        let moved = remove
+            .execute(params![
+                p.shard,
+                item.expected_next_run_at.as_millisecond(),
+                item.schedule_id.0,
+                item.version,
+                item.tenant.0
+            ])
             .map_err(db_err)?;
         if moved == 1 {
             if let Some(next) = item.next_run_at {
@@ -562,7 +582,7 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
                     version: item.version,
                     tenant: item.tenant,
                 };
-                queue_insert(c, entry, next.as_millisecond())?;
+                requeue.insert(entry, next.as_millisecond())?;
             } else {
                 // Its last instant is planned: the schedule has finished (its queue entry
                 // was at this version, so the schedule is too, and active).
@@ -580,7 +600,7 @@ pub(crate) fn plan_commit(c: &Connection, p: &PlanCommit, now: i64) -> R<PlanRep
             continue;
         }
         report.applied += 1;
-        report.inserted += insert_occurrences(c, item.tenant, &item.occurrences, now)?;
+        report.inserted += insert.insert(item.tenant, &item.occurrences, now)?;
         if let Some(m) = &item.missed {
             missed_range_insert(c, item.tenant, m, now)?;
         }
