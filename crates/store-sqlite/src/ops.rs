@@ -931,14 +931,32 @@ pub(crate) fn occurrence_finish_many(
     now: i64,
 ) -> R<Vec<Ack>> {
     let mut out = Vec::with_capacity(p.items.len());
+    // Prepared once for the batch (as the planner's inserts are): a cache lookup and return
+    // per item was about 7% of a success's instructions.
+    let mut succeed = c
+        .prepare_cached(
+            "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2,
+                    ran_until = ?2
+              WHERE id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5
+                AND lease_until > ?2",
+        )
+        .map_err(db_err)?;
     for item in &p.items {
-        out.push(finish_one(c, p.tenant, &p.worker_id, item, now)?);
+        out.push(finish_one(
+            c,
+            &mut succeed,
+            p.tenant,
+            &p.worker_id,
+            item,
+            now,
+        )?);
     }
     Ok(out)
 }
 
 fn finish_one(
     c: &Connection,
+    succeed: &mut CachedStatement<'_>,
     tenant: TenantId,
     worker: &str,
     item: &FinishItem,
@@ -948,16 +966,15 @@ fn finish_one(
     // A success needs nothing from the row but the fence itself: write first, conditionally,
     // and read the row only to explain a refusal (the slow path below).
     if let Finish::Succeeded { result } = &item.finish {
-        let rows = c
-            .prepare_cached(
-                "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2,
-                        ran_until = ?2
-                  WHERE id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5
-                    AND lease_until > ?2",
-            )
-            .and_then(|mut s| {
-                s.execute(params![result, now, id.0, worker, item.lease.epoch, tenant.0])
-            })
+        let rows = succeed
+            .execute(params![
+                result,
+                now,
+                id.0,
+                worker,
+                item.lease.epoch,
+                tenant.0
+            ])
             .map_err(db_err)?;
         // The attempt that succeeded is the occurrence row's own: no attempt row to write.
         if rows == 1 {
