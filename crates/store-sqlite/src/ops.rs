@@ -147,7 +147,7 @@ pub(crate) fn insert_occurrences(
 }
 
 /// The occurrence insert, prepared once for a whole planning batch: looking a statement up in
-/// rusqlite's cache (hashing its text) and handing it back cost about 9% of the writer's time
+/// rusqlite's cache (hashing its text) and handing it back cost about 9% of the writer's instructions
 /// per planned schedule when done per schedule.
 pub(crate) struct OccurrenceInsert<'c> {
     c: &'c Connection,
