@@ -65,8 +65,12 @@ pub fn occurrence_id(
     scheduled_for: Timestamp,
 ) -> OccurrenceId {
     let ms = scheduled_for.as_millisecond();
-    let mut name = KeyName::default();
-    let hash = Uuid::new_v5(&OCCURRENCE_NAMESPACE, name.of(schedule_id, version, ms)).into_bytes();
+    let mut name = [0; KEY_NAME_MAX];
+    let hash = Uuid::new_v5(
+        &OCCURRENCE_NAMESPACE,
+        key_name(&mut name, schedule_id, version, ms),
+    )
+    .into_bytes();
     let mut b = [0u8; 16];
     // 48-bit big-endian milliseconds; instants before 1970 wrap (later ones cannot: the
     // 48 bits reach the year 10889, past the last instant a `Timestamp` holds), which only
@@ -78,42 +82,25 @@ pub fn occurrence_id(
     OccurrenceId(Uuid::new_v8(b))
 }
 
+/// Room for the hashed name of an occurrence key: a hyphenated UUID, two slashes, a `u32` and
+/// an `i64` (36 + 1 + 10 + 1 + 20).
+const KEY_NAME_MAX: usize = 68;
+
 /// The hashed name of an occurrence key, `"{schedule_id}/{version}/{unix milliseconds}"`,
-/// written into a stack buffer: the planner computes one id per planned occurrence inside the
-/// store's single writer, where `format!` cost as much as the SHA-1 itself.
-struct KeyName {
-    buf: [u8; KeyName::MAX],
-}
-
-impl Default for KeyName {
-    fn default() -> Self {
-        KeyName {
-            buf: [0; KeyName::MAX],
-        }
+/// written into `buf`: the planner computes one id per planned occurrence inside the store's
+/// single writer, where `format!` cost as much as the SHA-1 itself.
+fn key_name(buf: &mut [u8; KEY_NAME_MAX], schedule_id: ScheduleId, version: u32, ms: i64) -> &[u8] {
+    let mut at = uuid::fmt::Hyphenated::LENGTH;
+    schedule_id.0.hyphenated().encode_lower(&mut buf[..at]);
+    for part in [
+        itoa::Buffer::new().format(version).as_bytes(),
+        itoa::Buffer::new().format(ms).as_bytes(),
+    ] {
+        buf[at] = b'/';
+        buf[at + 1..at + 1 + part.len()].copy_from_slice(part);
+        at += 1 + part.len();
     }
-}
-
-impl KeyName {
-    /// A hyphenated UUID, two slashes, a `u32` and an `i64`: 36 + 1 + 10 + 1 + 20.
-    const MAX: usize = 68;
-
-    fn of(&mut self, schedule_id: ScheduleId, version: u32, ms: i64) -> &[u8] {
-        let uuid = uuid::fmt::Hyphenated::LENGTH;
-        schedule_id
-            .0
-            .hyphenated()
-            .encode_lower(&mut self.buf[..uuid]);
-        let mut at = uuid;
-        for part in [
-            itoa::Buffer::new().format(version).as_bytes(),
-            itoa::Buffer::new().format(ms).as_bytes(),
-        ] {
-            self.buf[at] = b'/';
-            self.buf[at + 1..at + 1 + part.len()].copy_from_slice(part);
-            at += 1 + part.len();
-        }
-        &self.buf[..at]
-    }
+    &buf[..at]
 }
 
 impl OccurrenceId {
@@ -204,9 +191,9 @@ mod tests {
         #[test]
         fn the_hashed_name_is_the_documented_text(s in any::<u128>(), v in any::<u32>(), ms in any::<i64>()) {
             let schedule = ScheduleId(Uuid::from_u128(s));
-            let mut name = KeyName::default();
+            let mut name = [0; KEY_NAME_MAX];
             prop_assert_eq!(
-                std::str::from_utf8(name.of(schedule, v, ms)).expect("ascii"),
+                std::str::from_utf8(key_name(&mut name, schedule, v, ms)).expect("ascii"),
                 format!("{}/{v}/{ms}", schedule.0)
             );
         }
