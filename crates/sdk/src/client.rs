@@ -106,7 +106,8 @@ pub struct Outcome {
     pub occurrence_id: Uuid,
     /// `accepted` or `conflict`.
     pub outcome: String,
-    /// State after an accepted write.
+    /// State after an accepted write; for a `wrong_state` conflict, the state the occurrence
+    /// is in.
     #[serde(default)]
     pub state: Option<String>,
     /// For conflicts: the failed check.

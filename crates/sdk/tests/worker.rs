@@ -30,6 +30,9 @@ struct Api {
     refuse_reports: Arc<AtomicU32>,
     /// Answer reports that claim as a server older than the SDK does (422, unknown field).
     old_server: Arc<AtomicBool>,
+    /// Reports to write and then lose the answer of (the connection breaks mid-answer, as
+    /// when a node or the network fails between the commit and the reply).
+    lose_answers: Arc<AtomicU32>,
     _dir: tempfile::TempDir,
 }
 
@@ -48,7 +51,13 @@ async fn api() -> Api {
     let counts: Counts = Arc::default();
     let refuse_reports = Arc::new(AtomicU32::new(0));
     let old_server = Arc::new(AtomicBool::new(false));
-    let (seen, refuse, old) = (counts.clone(), refuse_reports.clone(), old_server.clone());
+    let lose_answers = Arc::new(AtomicU32::new(0));
+    let (seen, refuse, old, lose) = (
+        counts.clone(),
+        refuse_reports.clone(),
+        old_server.clone(),
+        lose_answers.clone(),
+    );
     let app = router(AppState::new(store.clone(), &cfg, None), &cfg).layer(middleware::from_fn(
         move |req: Request, next: Next| {
             let kind = match req.uri().path() {
@@ -63,7 +72,20 @@ async fn api() -> Api {
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok();
             let old = kind == "completions" && old.load(Ordering::SeqCst);
+            let lost = kind == "completions"
+                && lose
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
             async move {
+                if lost {
+                    // Written, then the answer's body breaks off: the client sees no answer.
+                    let written = next.run(req).await;
+                    assert_eq!(written.status(), StatusCode::OK);
+                    let broken = futures_util::stream::once(async {
+                        Err::<axum::body::Bytes, _>(std::io::Error::other("answer lost"))
+                    });
+                    return (StatusCode::OK, axum::body::Body::from_stream(broken)).into_response();
+                }
                 if refused {
                     let body = json!({"code": "unavailable", "message": "database unavailable"});
                     return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
@@ -93,6 +115,7 @@ async fn api() -> Api {
         counts,
         refuse_reports,
         old_server,
+        lose_answers,
         _dir: dir,
     }
 }
@@ -261,6 +284,26 @@ async fn a_report_refused_with_503_is_sent_again() {
         5 + 3,
         "three reports were sent twice"
     );
+    assert_eq!(api.in_state("RUNNING").await, 0);
+}
+
+/// A report written whose answer was lost is sent again, and the refusal it then gets (the
+/// occurrence is already SUCCEEDED, at the worker's own epoch) is read as what it is: the
+/// outcome was written. It is counted as completed, not as refused to a successor. The last
+/// report is the one cut off, so that the occurrence its lost answer claimed is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_whose_answer_was_lost_counts_as_written() {
+    let api = api().await;
+    api.due(1).await;
+    api.lose_answers.store(1, Ordering::SeqCst);
+    let worker = Worker::new(api.client.clone(), config(1));
+    let report = succeed_all(&api, worker, 1).await;
+    assert_eq!(
+        api.count("completions"),
+        2,
+        "the report was sent again after its answer was lost"
+    );
+    assert_eq!((report.completed, report.refused), (1, 0), "{report:?}");
     assert_eq!(api.in_state("RUNNING").await, 0);
 }
 

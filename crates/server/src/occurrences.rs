@@ -501,7 +501,8 @@ pub(crate) struct AckOut {
     occurrence_id: OccurrenceId,
     /// `accepted` or `conflict`.
     outcome: &'static str,
-    /// The state after an accepted write.
+    /// The state after an accepted write; for a `wrong_state` conflict, the state the
+    /// occurrence is in.
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<String>,
     /// When a transient failure becomes claimable again.
@@ -530,7 +531,13 @@ fn ack_out(a: &Ack) -> AckOut {
         Some(c) => AckOut {
             occurrence_id: a.occurrence_id,
             outcome: "conflict",
-            state: None,
+            // A `wrong_state` refusal names the state, as a refused single completion does in
+            // its `details`: a worker whose report is refused as `SUCCEEDED` at its own epoch
+            // knows its earlier sending was written.
+            state: match c {
+                Conflict::WrongState { state } => Some(state.as_str().into()),
+                _ => None,
+            },
             retry_at: None,
             check: Some(c.check()),
             message: Some(c.to_string()),

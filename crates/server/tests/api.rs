@@ -1007,6 +1007,16 @@ async fn the_worker_protocol_over_http() {
         .map(|r| r["outcome"].as_str().unwrap())
         .collect();
     assert_eq!(outcomes, ["accepted", "conflict", "conflict"]);
+    // A `wrong_state` refusal names the state the occurrence is in (a report sent again
+    // after its answer was lost learns that it was written).
+    assert_eq!(
+        (
+            v["results"][1]["check"].as_str(),
+            v["results"][1]["state"].as_str()
+        ),
+        (Some("wrong_state"), Some("SUCCEEDED")),
+        "{v}"
+    );
 
     // Reads: by id with attempts, by (schedule, instant), and the stored result.
     let (s, d) = app
