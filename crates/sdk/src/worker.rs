@@ -395,8 +395,8 @@ where
             // fence checks the epoch and the owner before the state, and a success at this
             // epoch can only come from this worker's claim, so the earlier sending was
             // written and only its answer was lost (the connection dropped, say). A failure
-            // sent again is not read this way: a lease that lapsed meanwhile answers the
-            // same states.
+            // sent again is not read this way: what a written failure leaves overlaps with
+            // what the sweep of a lapsed lease leaves (docs/DESIGN.md).
             Some(o)
                 if sent_again
                     && matches!(done, Done::Completed)

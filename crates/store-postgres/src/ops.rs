@@ -1486,8 +1486,10 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
             if written.contains(seq) {
                 acks[*i].rows = 1;
             } else {
-                // The row lock makes this unreachable; if it ever happens, say so honestly.
-                let state = acks[*i].state.unwrap_or(OccurrenceState::Running);
+                // The row lock makes this unreachable; if it ever happens, say so honestly:
+                // the row was RUNNING when its check passed (not the planned state, which a
+                // worker reads as its outcome written when it is SUCCEEDED).
+                let state = OccurrenceState::Running;
                 acks[*i] = refused(acks[*i].occurrence_id, Conflict::WrongState { state });
             }
         }
