@@ -289,8 +289,9 @@ async fn a_report_refused_with_503_is_sent_again() {
 
 /// A report written whose answer was lost is sent again, and the refusal it then gets (the
 /// occurrence is already SUCCEEDED, at the worker's own epoch) is read as what it is: the
-/// outcome was written. It is counted as completed, not as refused to a successor. The last
-/// report is the one cut off, so that the occurrence its lost answer claimed is none.
+/// outcome was written. It is counted as completed, not as refused to a successor. One
+/// occurrence only: the lost report's claim finds nothing, so nothing is left leased to a
+/// worker that never heard of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_whose_answer_was_lost_counts_as_written() {
     let api = api().await;
