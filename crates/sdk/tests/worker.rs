@@ -67,15 +67,9 @@ async fn api() -> Api {
                 _ => "other",
             };
             *seen.lock().unwrap().entry(kind).or_default() += 1;
-            let refused = kind == "completions"
-                && refuse
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
+            let refused = kind == "completions" && take_one(&refuse);
             let old = kind == "completions" && old.load(Ordering::SeqCst);
-            let lost = kind == "completions"
-                && lose
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
+            let lost = kind == "completions" && take_one(&lose);
             async move {
                 if lost {
                     // Written, then the answer's body breaks off: the client sees no answer.
@@ -118,6 +112,12 @@ async fn api() -> Api {
         lose_answers,
         _dir: dir,
     }
+}
+
+/// Takes one from a countdown of reports to mistreat: false once it is at zero.
+fn take_one(left: &AtomicU32) -> bool {
+    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 impl Api {
