@@ -58,6 +58,7 @@ async fn engine_plans_and_sweeps_in_real_time(env: Env) {
                 worker_id: "ghost".into(),
                 max: 1,
                 lease: Some(SignedDuration::from_secs(1)),
+                key: None,
                 now: None,
             })
             .await

@@ -300,6 +300,7 @@ pub(crate) async fn claim_jobs(
             worker_id: worker.into(),
             max: 10,
             lease: Some(SignedDuration::from_secs(lease_secs)),
+            key: None,
             now: Some(now),
         })
         .await

@@ -33,6 +33,7 @@ async fn update_makes_a_new_version_and_retires_the_old(env: Env) {
             worker_id: "w".into(),
             max: 1,
             lease: Some(SignedDuration::from_secs(600)),
+            key: None,
             now: Some(t0),
         })
         .await
@@ -186,6 +187,7 @@ async fn races_with_claims(env: Env, overlap: campanile_core::Overlap) {
                         worker_id: worker.clone(),
                         max: 5,
                         lease: Some(SignedDuration::from_secs(30)),
+                        key: None,
                         now: Some(now(&clock)),
                     })
                     .await

@@ -76,6 +76,7 @@ async fn work(env: &Env, now: Timestamp) {
             worker_id: "w".into(),
             max: 100,
             lease: Some(SignedDuration::from_secs(600)),
+            key: None,
             now: Some(now),
         })
         .await
@@ -448,6 +449,7 @@ async fn hold_and_claim(
             worker_id: "slow".into(),
             max: 10,
             lease: Some(SignedDuration::from_secs(900)),
+            key: None,
             now: Some(now),
         })
         .await

@@ -42,6 +42,53 @@ pub enum SdkError {
     Config(String),
 }
 
+/// A claim's own key ([`Client::claim_keyed`]). Make a new one for each claim you mean to make;
+/// should a claim get no answer (a broken connection, a timeout), send it again with
+/// [`ClaimKey::again`]: the server then answers what the first sending claimed, if it did and
+/// you still hold it, instead of claiming more work that nobody would run until its lease ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimKey {
+    /// The key.
+    pub id: Uuid,
+    /// This claim was sent before with this key.
+    pub resent: bool,
+}
+
+impl ClaimKey {
+    /// A new key (a random UUID), for a claim not sent before.
+    pub fn new() -> ClaimKey {
+        ClaimKey {
+            id: Uuid::new_v4(),
+            resent: false,
+        }
+    }
+
+    /// The same key, for the same claim sent again.
+    #[must_use]
+    pub fn again(self) -> ClaimKey {
+        ClaimKey {
+            resent: true,
+            ..self
+        }
+    }
+
+    /// Writes the key's fields into a claim's JSON object.
+    fn write(key: Option<ClaimKey>, claim: &mut Value) {
+        if let (Some(k), Some(obj)) = (key, claim.as_object_mut()) {
+            obj.insert("claim_key".into(), json!(k.id));
+            if k.resent {
+                obj.insert("resent".into(), json!(true));
+            }
+        }
+    }
+}
+
+impl Default for ClaimKey {
+    fn default() -> ClaimKey {
+        ClaimKey::new()
+    }
+}
+
 impl SdkError {
     /// Whether this is a fencing refusal (409 `lease_conflict`), and which check failed.
     pub fn lease_conflict(&self) -> Option<&str> {
@@ -319,11 +366,30 @@ impl Client {
         max: u32,
         lease_seconds: u32,
     ) -> Result<Vec<Claimed>, SdkError> {
+        self.claim_keyed(queue, worker_id, max, lease_seconds, None)
+            .await
+    }
+
+    /// [`Client::claim`] with the claim's own key ([`ClaimKey`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create_schedule`]; a server older than this SDK refuses the key with 422
+    /// (`unknown field`).
+    pub async fn claim_keyed(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        max: u32,
+        lease_seconds: u32,
+        key: Option<ClaimKey>,
+    ) -> Result<Vec<Claimed>, SdkError> {
         #[derive(Deserialize)]
         struct Out {
             occurrences: Vec<Claimed>,
         }
-        let body = json!({ "worker_id": worker_id, "max": max, "lease_seconds": lease_seconds });
+        let mut body = json!({ "worker_id": worker_id, "max": max, "lease_seconds": lease_seconds });
+        ClaimKey::write(key, &mut body);
         let out: Out = self
             .send(
                 Method::POST,
@@ -449,16 +515,38 @@ impl Client {
         max: u32,
         lease_seconds: u32,
     ) -> Result<(Vec<Outcome>, Vec<Claimed>), SdkError> {
+        self.completions_and_claim_keyed(worker_id, items, queue, max, lease_seconds, None)
+            .await
+    }
+
+    /// [`Client::completions_and_claim`] with the claim's own key ([`ClaimKey`]). Sent again
+    /// after no answer, with [`ClaimKey::again`], the outcomes are fenced as any report sent
+    /// twice is, and the claim answers what the first sending claimed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::claim_keyed`].
+    pub async fn completions_and_claim_keyed(
+        &self,
+        worker_id: &str,
+        items: Vec<Value>,
+        queue: &str,
+        max: u32,
+        lease_seconds: u32,
+        key: Option<ClaimKey>,
+    ) -> Result<(Vec<Outcome>, Vec<Claimed>), SdkError> {
         #[derive(Deserialize)]
         struct Out {
             results: Vec<Outcome>,
             #[serde(default)]
             claimed: Vec<Claimed>,
         }
+        let mut claim = json!({ "queue": queue, "max": max, "lease_seconds": lease_seconds });
+        ClaimKey::write(key, &mut claim);
         let body = json!({
             "worker_id": worker_id,
             "items": items,
-            "claim": { "queue": queue, "max": max, "lease_seconds": lease_seconds },
+            "claim": claim,
         });
         let out: Out = self
             .send(Method::POST, "/v1/completions", Some(body), &[])

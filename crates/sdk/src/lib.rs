@@ -30,6 +30,6 @@ mod client;
 mod payload;
 mod worker;
 
-pub use client::{ApiErrorBody, Claimed, Client, Outcome, Renewal, SdkError};
+pub use client::{ApiErrorBody, ClaimKey, Claimed, Client, Outcome, Renewal, SdkError};
 pub use payload::Payload;
 pub use worker::{Job, JobError, Worker, WorkerConfig, WorkerReport};

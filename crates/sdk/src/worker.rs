@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::client::Claimed;
+use crate::client::{ClaimKey, Claimed};
 use crate::{Client, SdkError};
 
 /// Worker settings.
@@ -116,9 +116,38 @@ fn lock(h: &HeldMap) -> std::sync::MutexGuard<'_, HashMap<Uuid, Held>> {
 pub struct Worker {
     client: Client,
     cfg: WorkerConfig,
-    /// Set once the server refused a report that claims (a server older than this SDK):
-    /// reports are then sent on their own and claims made apart.
-    plain_reports: Arc<AtomicBool>,
+    /// What a server older than this SDK refused, learned once.
+    compat: Arc<Compat>,
+}
+
+/// What the server turned out not to take (it is older than this SDK), each learned from the
+/// 422 that refused it, after which the worker does without.
+#[derive(Debug, Default)]
+struct Compat {
+    /// A claim riding on a report: reports are then sent on their own and claims made apart.
+    plain_reports: AtomicBool,
+    /// A claim's key ([`ClaimKey`]): claims are then sent without one, and a claim whose
+    /// answer was lost costs what it claimed until those leases end.
+    unkeyed: AtomicBool,
+}
+
+impl Compat {
+    /// A new key for the next claim, unless the server takes none.
+    fn key(&self) -> Option<ClaimKey> {
+        (!self.unkeyed.load(Ordering::Relaxed)).then(ClaimKey::new)
+    }
+
+    /// Whether `e` is a server older than this SDK refusing a claim's key (nothing was
+    /// written); if so, claims go without one from now on.
+    fn refused_key(&self, e: &SdkError) -> bool {
+        let refused = matches!(e, SdkError::Api { status: 422, body }
+            if body.message.contains("unknown field `claim_key`"));
+        if refused {
+            tracing::info!("the server takes no claim keys; claiming without");
+            self.unkeyed.store(true, Ordering::Relaxed);
+        }
+        refused
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -135,7 +164,7 @@ impl Worker {
         Worker {
             client,
             cfg,
-            plain_reports: Arc::default(),
+            compat: Arc::default(),
         }
     }
 
@@ -170,6 +199,10 @@ impl Worker {
         ));
         let mut tasks: JoinSet<(Done, Vec<Claimed>)> = JoinSet::new();
         let mut report = WorkerReport::default();
+        // The key of the claim to make next: kept, marked sent again, when a claim got no
+        // answer, so that what it may have claimed comes back instead of lying leased to
+        // nobody until its lease ends (docs/DESIGN.md, "Why does a claim carry a key?").
+        let mut key = self.compat.key();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -179,20 +212,30 @@ impl Worker {
             if free > 0 {
                 match self
                     .client
-                    .claim(
+                    .claim_keyed(
                         &self.cfg.queue,
                         &self.cfg.worker_id,
                         self.cfg.batch.min(free as u32),
                         self.cfg.lease_seconds,
+                        key,
                     )
                     .await
                 {
                     Ok(claimed) => {
                         got = claimed.len();
                         self.start(&mut tasks, &handler, &held, claimed, &shutdown);
+                        key = self.compat.key();
                     }
+                    Err(e) if self.compat.refused_key(&e) => key = None,
                     Err(e) => {
                         tracing::warn!(error = %e, "claim failed; retrying");
+                        // It may have claimed before its answer was lost: sent again, it gets
+                        // that. A refusal (4xx) claimed nothing.
+                        if matches!(e, SdkError::Api { status, .. } if status < 500) {
+                            key = self.compat.key();
+                        } else {
+                            key = key.map(ClaimKey::again);
+                        }
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
@@ -237,6 +280,12 @@ impl Worker {
         Fut: Future<Output = Result<Value, JobError>> + Send + 'static,
     {
         for c in claimed {
+            // Already running here under this very claim: a claim sent again can answer what
+            // the first sending claimed, and must not start it twice.
+            if lock(held).get(&c.id).is_some_and(|h| h.epoch == c.epoch) {
+                tracing::info!(occurrence = %c.id, epoch = c.epoch, "claimed twice; already running");
+                continue;
+            }
             let (lost_tx, lost_rx) = watch::channel(false);
             let (cancel_tx, cancel_rx) = watch::channel(false);
             lock(held).insert(
@@ -258,7 +307,7 @@ impl Worker {
             tasks.spawn(run_one(
                 self.client.clone(),
                 self.cfg.clone(),
-                self.plain_reports.clone(),
+                self.compat.clone(),
                 handler.clone(),
                 job,
                 c.epoch,
@@ -297,7 +346,7 @@ fn tally(
 async fn run_one<F, Fut>(
     client: Client,
     cfg: WorkerConfig,
-    plain_reports: Arc<AtomicBool>,
+    compat: Arc<Compat>,
     handler: Arc<F>,
     job: Job,
     epoch: i64,
@@ -345,20 +394,22 @@ where
     let give_up = tokio::time::Instant::now() + Duration::from_secs(u64::from(cfg.lease_seconds));
     let mut delay = Duration::from_millis(100);
     let mut sent_again = false;
+    let mut key = compat.key();
     let sent = loop {
-        let sent = if *shutdown.borrow() || plain_reports.load(Ordering::Relaxed) {
+        let sent = if *shutdown.borrow() || compat.plain_reports.load(Ordering::Relaxed) {
             client
                 .completions(&cfg.worker_id, vec![item.clone()])
                 .await
                 .map(|r| (r, Vec::new()))
         } else {
             match client
-                .completions_and_claim(
+                .completions_and_claim_keyed(
                     &cfg.worker_id,
                     vec![item.clone()],
                     &cfg.queue,
                     1,
                     cfg.lease_seconds,
+                    key,
                 )
                 .await
             {
@@ -368,7 +419,11 @@ where
                     if body.message.contains("unknown field `claim`") =>
                 {
                     tracing::info!("the server takes no claim with a report; reporting apart");
-                    plain_reports.store(true, Ordering::Relaxed);
+                    compat.plain_reports.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                Err(e) if compat.refused_key(&e) => {
+                    key = None;
                     continue;
                 }
                 sent => sent,
@@ -387,6 +442,8 @@ where
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
         sent_again = true;
+        // Its claim may have been made: sent again, it answers what it claimed.
+        key = key.map(ClaimKey::again);
     };
     match sent {
         Ok((results, next)) => match results.first() {

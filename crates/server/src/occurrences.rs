@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use campanile_core::{ErrorClass, OccurrenceId, ScheduleId};
 use campanile_store::{
-    Ack, Claimed, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel,
+    Ack, ClaimKey, Claimed, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel,
     OccurrenceClaim, OccurrenceFinishMany, OccurrenceGet, OccurrenceKey, OccurrenceRedrive,
     TenantId,
 };
@@ -213,6 +213,15 @@ pub(crate) struct ClaimInput {
     /// `lease_seconds` (default 30).
     #[schema(minimum = 1, maximum = 86400)]
     lease_seconds: Option<i64>,
+    /// This claim's own key (a UUID), new for each claim the worker means to make: recorded on
+    /// what it claims, so that the claim sent again with `resent` gets what it claimed.
+    #[schema(value_type = Option<String>, format = Uuid)]
+    claim_key: Option<uuid::Uuid>,
+    /// The claim was sent before with the same `claim_key` and its answer may have been lost
+    /// (no answer, a broken connection): the occurrences that sending claimed, if this worker
+    /// still holds them, are the answer, as they were claimed, and nothing new is claimed;
+    /// when there are none, the claim is made as usual. Needs `claim_key`.
+    resent: Option<bool>,
 }
 
 /// A claimed occurrence.
@@ -266,7 +275,8 @@ pub(crate) async fn claim(
 ) -> Result<Json<ClaimOut>, ApiError> {
     let b = body.value;
     check_worker(&b.worker_id)?;
-    let claim = checked_claim(caller.tenant, queue, b.worker_id, b.max, b.lease_seconds)?;
+    let key = claim_key(b.claim_key, b.resent)?;
+    let claim = checked_claim(caller.tenant, queue, b.worker_id, b.max, b.lease_seconds, key)?;
     // A node hands out work only while the others can see it alive: otherwise a node starting
     // now would take the cluster for down and judge this work by the misfire policy, and after
     // a database outage the outage check (made by the next planning pass) must come first.
@@ -278,6 +288,18 @@ pub(crate) async fn claim(
     }))
 }
 
+/// A claim's key as given, checked: `resent` means nothing without the key it resends.
+fn claim_key(key: Option<uuid::Uuid>, resent: Option<bool>) -> Result<Option<ClaimKey>, ApiError> {
+    let resent = resent.unwrap_or(false);
+    match key {
+        None if resent => Err(ApiError::invalid(
+            "resent needs claim_key: the key of the claim sent before",
+        )),
+        None => Ok(None),
+        Some(id) => Ok(Some(ClaimKey { id, resent })),
+    }
+}
+
 /// A claim's queue, count and lease, checked (the caller checks the worker id).
 fn checked_claim(
     tenant: TenantId,
@@ -285,6 +307,7 @@ fn checked_claim(
     worker_id: String,
     max: Option<u32>,
     lease_seconds: Option<i64>,
+    key: Option<ClaimKey>,
 ) -> Result<OccurrenceClaim, ApiError> {
     if campanile_core::is_reserved_queue(&queue) {
         return Err(ApiError::invalid(format!(
@@ -316,6 +339,7 @@ fn checked_claim(
         worker_id,
         max,
         lease: lease_of(lease_seconds)?,
+        key,
         now: None,
     })
 }
@@ -706,6 +730,15 @@ pub(crate) struct ClaimNext {
     /// `lease_seconds` (default 30).
     #[schema(minimum = 1, maximum = 86400)]
     lease_seconds: Option<i64>,
+    /// This claim's own key (a UUID), new for each claim the worker means to make: recorded on
+    /// what it claims, so that the claim sent again with `resent` gets what it claimed.
+    #[schema(value_type = Option<String>, format = Uuid)]
+    claim_key: Option<uuid::Uuid>,
+    /// The claim was sent before with the same `claim_key` and its answer may have been lost
+    /// (no answer, a broken connection): the occurrences that sending claimed, if this worker
+    /// still holds them, are the answer, as they were claimed, and nothing new is claimed;
+    /// when there are none, the claim is made as usual. Needs `claim_key`.
+    resent: Option<bool>,
 }
 
 /// The answer of a batch.
@@ -745,6 +778,7 @@ pub(crate) async fn completions(
                 b.worker_id.clone(),
                 c.max,
                 c.lease_seconds,
+                claim_key(c.claim_key, c.resent)?,
             )
         })
         .transpose()

@@ -83,6 +83,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_by_schedule",
         include_str!("../migrations/0016_key_by_schedule.sql"),
     ),
+    (
+        17,
+        "claim_key",
+        include_str!("../migrations/0017_claim_key.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -290,6 +290,45 @@ pub(crate) async fn claim_rest(
     Ok(out)
 }
 
+/// What a worker claimed with a key in a queue and still holds: `$1` tenant, `$2` queue, `$3`
+/// the caller's instant or NULL, `$4` the worker, `$5` the key. The queue's unexpired leases
+/// are a range of `occurrences_running_queue`.
+static CLAIMED_WITH_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
+                v.payload, o.lease_until, o.claimed_at
+           FROM occurrences o
+           LEFT JOIN schedule_versions v ON v.schedule_id = o.schedule_id AND v.version = o.version
+          WHERE o.tenant_id = $1 AND o.queue = $2 AND o.state = 'RUNNING'
+            AND o.lease_until > {now} AND o.owner = $4 AND o.claim_key = $5
+          ORDER BY o.available_at, o.seq",
+        now = statement_now("$3")
+    )
+});
+
+/// What this worker claimed with `key` in the claim's queue and still holds (`RUNNING`, lease
+/// unexpired), as that claim answered it: a claim sent again after its answer was lost
+/// ([`ClaimKey::resent`]). Only a claim sent again pays for this read.
+pub(crate) async fn claimed_with_key<C: GenericClient>(
+    c: &C,
+    p: &OccurrenceClaim,
+    key: Uuid,
+) -> R<Vec<Claimed>> {
+    let fixed = p.now.map(|t| t.as_millisecond());
+    let rows = query(
+        c,
+        &CLAIMED_WITH_KEY,
+        &[&p.tenant.0, &p.queue, &fixed, &p.worker_id, &key],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let claimed_at: i64 = r.try_get(9).map_err(pg_err)?;
+            claimed_row(r, claimed_at, 8)
+        })
+        .collect()
+}
+
 fn count_skipped(skipped: u64) {
     metrics::counter!("campanile_occurrences_skipped_overlap_total").increment(skipped);
 }
@@ -386,14 +425,15 @@ fn statement_now(param: &str) -> String {
 /// taken over gets its lost lease's end as its availability (when it became claimable again,
 /// [`fence::FenceView::claimable_since`]). The new attempt is
 /// not a row of its own: the occurrence row holds it ([`OccurrenceDetail::assemble`]).
-/// `owner`, `now` and `lease_until` are the statement's expressions for those values (over
-/// `pick`'s columns, if they like); `tag`, an `int8` expression over `pick`, is carried to
-/// `claimed` as its column `tag` (so the final `SELECT` never joins `pick` again: CTEs are
+/// `owner`, `key`, `now` and `lease_until` are the statement's expressions for those values
+/// (over `pick`'s columns, if they like; `key` is the claim's [`ClaimKey`] id or NULL); `tag`,
+/// an `int8` expression over `pick`, is carried to `claimed` as its column `tag` (so the final `SELECT` never joins `pick` again: CTEs are
 /// estimated at one row, so such a join is a nested loop, quadratic in the batch); `select` is
 /// the statement's final `SELECT`. Every PostgreSQL claim goes through this one text.
 fn claim_sql(
     pick: &str,
     owner: &str,
+    key: &str,
     now: &str,
     lease_until: &str,
     tag: &str,
@@ -410,7 +450,7 @@ fn claim_sql(
              UPDATE occurrences o
                 SET state = 'RUNNING', owner = {owner}, epoch = o.epoch + 1, attempts = o.attempts + 1,
                     lease_until = {lease_until}, claimed_at = {now}, cancel_requested = false,
-                    ran_until = NULL,
+                    ran_until = NULL, claim_key = {key},
                     available_at = CASE WHEN pick.lost_epoch IS NOT NULL
                                         THEN GREATEST(o.available_at, pick.lost_lease)
                                         ELSE o.available_at END
@@ -470,7 +510,7 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
 /// valid, [`fence::hands_out_work`]; else nothing is picked).
 /// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` the claimers' total count, `$5` their
 /// owners, `$6` their leases in ms, `$7` for each slot of the total, in claim order, its
-/// claimer's number (slot `rn` is the `rn`-th occurrence picked). Subscripts keep the dealing
+/// claimer's number (slot `rn` is the `rn`-th occurrence picked), `$8` their claim keys. Subscripts keep the dealing
 /// linear: a join of rows to claimers by ranges would be a nested loop, and a per-slot `text[]`
 /// would be walked from its start at every subscript (variable-width elements); `int8[]`
 /// subscripts are direct.
@@ -494,7 +534,8 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
          {pick},
          pick AS (
              SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord,
-                    ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms
+                    ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms,
+                    ($8::uuid[])[ord] AS claim_key
                FROM (SELECT cand.*, ($7::int8[])[rn] AS ord FROM cand) c)",
         now = statement_now("$3"),
         live = fence::hands_out_work_sql("now"),
@@ -507,6 +548,7 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         &pick,
         "pick.claimant",
+        "pick.claim_key",
         "(SELECT now FROM clk)",
         "((SELECT now FROM clk) + COALESCE(pick.lease_ms, o.lease_ms))",
         "pick.ord",
@@ -520,7 +562,7 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// The worker claim: at most `$4` due or lease-expired occurrences of one queue, picked and
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
 /// lease length in ms (NULL: each occurrence's own), `$7` the caller's instant or NULL, for the
-/// liveness gate ([`statement_now`]).
+/// liveness gate ([`statement_now`]), `$8` the claim's key or NULL.
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         &worker_pick(
@@ -529,6 +571,7 @@ static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             "pick",
         ),
         "$5",
+        "$8::uuid",
         "$3",
         "$3 + COALESCE($6::int8, o.lease_ms)",
         "NULL::int8",
@@ -538,7 +581,7 @@ static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// The claim of occurrences already chosen and locked by the caller's transaction (so this
 /// statement's snapshot sees them as locked). `$1` their seqs, `$2` owner, `$3` now, `$4`
-/// lease length in ms (NULL: each occurrence's own).
+/// lease length in ms (NULL: each occurrence's own), `$5` the claim's key or NULL.
 static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         "pick AS (
@@ -546,6 +589,7 @@ static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                     claimed_at AS lost_started, lease_until AS lost_lease
                FROM occurrences WHERE seq = ANY($1::int8[]))",
         "$2",
+        "$5::uuid",
         "$3",
         "$3 + COALESCE($4::int8, o.lease_ms)",
         "NULL::int8",
@@ -581,6 +625,7 @@ async fn worker_claim_rows<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) ->
     let total: i64 = reqs.iter().map(|r| i64::from(r.max)).sum();
     let owners: Vec<&str> = reqs.iter().map(|r| r.worker_id.as_str()).collect();
     let leases: Vec<Option<i64>> = reqs.iter().map(|r| r.lease.map(dur_ms)).collect();
+    let keys: Vec<Option<Uuid>> = reqs.iter().map(|r| r.key.map(|k| k.id)).collect();
     let ords: Vec<i64> = (1i64..)
         .zip(reqs)
         .flat_map(|(ord, r)| std::iter::repeat_n(ord, r.max as usize))
@@ -597,6 +642,7 @@ async fn worker_claim_rows<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) ->
             &owners,
             &leases,
             &ords,
+            &keys,
         ],
     )
     .await
@@ -659,6 +705,7 @@ async fn fast_claim<C: GenericClient>(
             &p.worker_id,
             &lease,
             &fixed,
+            &p.key.map(|k| k.id),
         ],
     )
     .await?;
@@ -670,10 +717,11 @@ async fn claim_seqs<C: GenericClient>(
     c: &C,
     seqs: &[i64],
     owner: &str,
+    key: Option<Uuid>,
     now: i64,
     lease: Option<i64>,
 ) -> R<Vec<Claimed>> {
-    let rows = query(c, &CLAIM_SEQS, &[&seqs, &owner, &now, &lease]).await?;
+    let rows = query(c, &CLAIM_SEQS, &[&seqs, &owner, &now, &lease, &key]).await?;
     rows.iter().map(|r| claimed_row(r, now, 8)).collect()
 }
 
@@ -896,7 +944,7 @@ async fn claim_constrained_locked<C: GenericClient>(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                out.extend(claim_seqs(tx, &[seq], &p.worker_id, now, lease).await?);
+                out.extend(claim_seqs(tx, &[seq], &p.worker_id, p.key.map(|k| k.id), now, lease).await?);
             }
             fence::OverlapDecision::Wait => {}
             fence::OverlapDecision::Skip => {
@@ -987,7 +1035,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
             &[&pick_oseqs],
         )
         .await?;
-        claim_seqs(&tx, &pick_seqs, &p.node, now, Some(dur_ms(p.lease))).await?
+        claim_seqs(&tx, &pick_seqs, &p.node, None, now, Some(dur_ms(p.lease))).await?
     };
     if rows.len() != pick_seqs.len() {
         return Err(StoreError::Database(format!(
@@ -1957,7 +2005,7 @@ mod plan_tests {
             (
                 "fast_claim",
                 &*FAST_CLAIM,
-                "(1, 'q', 0, 10, 'w', NULL, NULL)",
+                "(1, 'q', 0, 10, 'w', NULL, NULL, NULL)",
             ),
             (
                 "constrained_schedules",

@@ -201,6 +201,7 @@ async fn upgrade_gives_existing_occurrences_the_old_default_lease() {
                     worker_id: "w".into(),
                     max: 1,
                     lease: None,
+                    key: None,
                     now: Some(now),
                 })
                 .await,

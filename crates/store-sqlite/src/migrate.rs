@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_by_schedule",
         include_str!("../migrations/0014_key_by_schedule.sql"),
     ),
+    (
+        15,
+        "claim_key",
+        include_str!("../migrations/0015_claim_key.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

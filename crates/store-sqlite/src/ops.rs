@@ -238,6 +238,12 @@ fn outbox_insert(
 type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32, i64);
 
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
+    if let Some(key) = p.key.filter(|k| k.resent) {
+        let held = claimed_with_key(c, p, key.id, now)?;
+        if !held.is_empty() {
+            return Ok(held);
+        }
+    }
     if !hands_out_work(c, now)? {
         return Err(StoreError::NoLiveNode);
     }
@@ -265,12 +271,62 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     best_first(&mut picked, max);
     let reclaims = picked.iter().any(|c| c.running);
     let picked = picked.into_iter().map(Candidate::claim_row).collect();
-    let mut rows = claim_rows(c, &p.worker_id, now, lease, picked, reclaims)?;
+    let key = p.key.map(|k| k.id);
+    let mut rows = claim_rows(c, &p.worker_id, key, now, lease, picked, reclaims)?;
     let room = max - rows.len().min(max);
     if room > 0 {
         rows.extend(claim_constrained(c, p, now, lease, room)?);
     }
     finish_claim(rows, now, lease)
+}
+
+/// What this worker claimed with `key` in the claim's queue and still holds (`RUNNING`, lease
+/// unexpired at `now`), as that claim answered it: a claim sent again after its answer was
+/// lost ([`campanile_store::ClaimKey::resent`]). Reads the running index's range of the queue's
+/// unexpired leases; only a claim sent again pays for it.
+fn claimed_with_key(c: &Connection, p: &OccurrenceClaim, key: Uuid, now: i64) -> R<Vec<Claimed>> {
+    let rows = c
+        .prepare_cached(
+            "SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts,
+                    lease_until, claimed_at
+               FROM occurrences INDEXED BY occurrences_running
+              WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING' AND lease_until > ?3
+                AND owner = ?4 AND claim_key = ?5
+              ORDER BY available_at, seq",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![p.tenant.0, p.queue, now, p.worker_id, key], |r| {
+                Ok((
+                    r.get::<_, Uuid>(0)?,
+                    r.get::<_, Uuid>(1)?,
+                    r.get::<_, u32>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, u32>(6)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, i64>(8)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?;
+    rows.into_iter()
+        .map(|(id, sid, version, sf, av, epoch, attempts, lease_until, claimed_at)| {
+            Ok(Claimed {
+                id: OccurrenceId(id),
+                schedule_id: ScheduleId(sid),
+                version,
+                scheduled_for: ts(sf)?,
+                available_at: ts(av)?,
+                epoch,
+                lease_until: ts(lease_until)?,
+                attempt: attempts,
+                claimed_at: ts(claimed_at)?,
+                payload: None,
+            })
+        })
+        .collect()
 }
 
 /// A claim candidate: its row as it is before the claim, and what choosing it needs.
@@ -386,6 +442,7 @@ fn best_first(c: &mut Vec<Candidate>, max: usize) {
 fn claim_rows(
     c: &Connection,
     worker: &str,
+    key: Option<Uuid>,
     now: i64,
     lease: Option<i64>,
     picked: Vec<ClaimRow>,
@@ -413,12 +470,12 @@ fn claim_rows(
             "UPDATE occurrences
                 SET state = 'RUNNING', owner = ?1, epoch = epoch + 1, attempts = attempts + 1,
                     lease_until = ?2 + COALESCE(?3, lease_ms), claimed_at = ?2, cancel_requested = 0,
-                    ran_until = NULL,
+                    ran_until = NULL, claim_key = ?5,
                     available_at = CASE WHEN state = 'RUNNING' THEN MAX(available_at, lease_until)
                                         ELSE available_at END
               WHERE seq IN (SELECT value FROM json_each(?4))",
         )
-        .and_then(|mut stmt| stmt.execute(params![worker, now, lease, seqs]))
+        .and_then(|mut stmt| stmt.execute(params![worker, now, lease, seqs, key]))
         .map_err(db_err)?;
     if updated != picked.len() {
         return Err(StoreError::Database(format!(
@@ -570,6 +627,7 @@ fn claim_constrained(
                 out.extend(claim_rows(
                     c,
                     &p.worker_id,
+                    p.key.map(|k| k.id),
                     now,
                     lease,
                     vec![cand.claim_row()],
@@ -792,7 +850,7 @@ pub(crate) fn relay_claim(c: &Connection, p: &RelayClaim, now: i64) -> R<Vec<Rel
             fence::RelayStep::Claim => {}
         }
     }
-    let rows = claim_rows(c, &p.node, now, Some(lease), picked, reclaims)?;
+    let rows = claim_rows(c, &p.node, None, now, Some(lease), picked, reclaims)?;
     Relayed::pair(finish_claim(rows, now, Some(lease))?, routes)
 }
 

@@ -196,6 +196,7 @@ fn upgrade_gives_existing_occurrences_the_old_default_lease() {
                 worker_id: "w".into(),
                 max: 1,
                 lease: None,
+                key: None,
                 now: Some(now),
             },
         ))
@@ -429,6 +430,7 @@ fn upgrade_keeps_recent_runs_in_the_overlap_history() {
                 worker_id: "w".into(),
                 max: 1,
                 lease: None,
+                key: None,
                 now: Some(jiff::Timestamp::from_millisecond(now).expect("instant")),
             },
         ))

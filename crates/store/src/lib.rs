@@ -52,7 +52,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `epoch + 1`, the caller as owner, `lease_until = now + lease` — the claim's `lease`,
     /// or when `None` the occurrence's own ([`NewOccurrence::lease`]) — (its new attempt, held
     /// on the occurrence row), all in one transaction; the attempt it takes over from an
-    /// expired lease is recorded as `lease_expired` in the same transaction.
+    /// expired lease is recorded as `lease_expired` in the same transaction. The claim's
+    /// [`ClaimKey`] is recorded on each (none: none). A claim whose key says `resent` first
+    /// looks for what this worker claimed with that key in this queue and still holds
+    /// (`RUNNING`, lease unexpired): if any, those are the answer, unchanged, and nothing is
+    /// written (not gated on liveness, as it hands out nothing new).
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError>;
 
     /// Extends the leases the worker still holds, in one statement; says for each whether

@@ -129,8 +129,24 @@ pub struct OccurrenceClaim {
     /// Lease length, judged by the store's clock; `None`: each occurrence's own (its
     /// schedule's `lease`).
     pub lease: Option<SignedDuration>,
+    /// The claim's own key, chosen by the worker: recorded on what it claims, so that the
+    /// same claim sent again ([`ClaimKey::resent`]) gets what the first sending claimed.
+    pub key: Option<ClaimKey>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
+}
+
+/// A worker's key for one claim ([`OccurrenceClaim::key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimKey {
+    /// Unique per claim the worker means to make (a random UUID); sent again only with the
+    /// same claim.
+    pub id: uuid::Uuid,
+    /// This claim may have been made before and its answer lost: the occurrences still
+    /// `RUNNING` under an unexpired lease that this worker claimed with this key, in this
+    /// queue, are answered instead, as they are (same epochs, leases and claim instants), and
+    /// nothing new is claimed; when there are none, the claim is made as usual.
+    pub resent: bool,
 }
 
 /// A lease held by a worker: an occurrence at an epoch.

@@ -109,6 +109,7 @@ async fn measure(
                         worker_id: worker.clone(),
                         max: batch,
                         lease: Some(SignedDuration::from_secs(60)),
+                        key: None,
                         now: None,
                     })
                     .await?;

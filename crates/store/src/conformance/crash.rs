@@ -30,6 +30,7 @@ pub fn crash_child(rt: &Runtime, store: Arc<dyn Store>) {
                 worker_id: format!("g{generation}-batch-{n}"),
                 max: CRASH_BATCH,
                 lease: Some(SignedDuration::from_hours(1)),
+                key: None,
                 now: Some(secs(1_000)),
             }))
             .expect("claim");

@@ -1098,6 +1098,7 @@ pub fn a_report_whose_claim_fails_keeps_its_outcomes<F, Fut>(
             worker_id: "A".into(),
             max: 2,
             lease: Some(SignedDuration::from_secs(30)),
+            key: None,
             now: Some(secs(2)),
         };
         let (acks, claimed) = s
@@ -1266,6 +1267,7 @@ pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
                                 worker_id: "lone".into(),
                                 max: 1,
                                 lease: Some(SignedDuration::from_secs(30)),
+                                key: None,
                                 now: Some(secs(now)),
                             },
                         )
@@ -1630,6 +1632,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                             worker_id: worker.clone(),
                             max: 5,
                             lease: Some(SignedDuration::from_secs(600)),
+                            key: None,
                             now: Some(now),
                         })
                         .await

@@ -252,6 +252,7 @@ pub(crate) async fn claim_leased(
             worker_id: worker.into(),
             max,
             lease,
+            key: None,
             now: Some(now),
         })
         .await

@@ -86,6 +86,7 @@ pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
                             worker_id: worker.clone(),
                             max: 1 + (xorshift(&mut rng) % 4) as u32,
                             lease: Some(SignedDuration::from_millis(LEASE_MS)),
+                            key: None,
                             now: now(&clock),
                         }))
                         .unwrap();
@@ -609,6 +610,7 @@ pub fn reports_that_claim_more_work_run_each_occurrence_once(rt: &Runtime, h: Ha
                     worker_id: worker.into(),
                     max,
                     lease: Some(SignedDuration::from_secs(60)),
+                    key: None,
                     now: Some(now),
                 },
             )

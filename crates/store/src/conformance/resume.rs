@@ -283,6 +283,7 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
                     worker_id: "w".into(),
                     max: 10,
                     lease: Some(SignedDuration::from_secs(5)),
+                    key: None,
                     now: Some(secs(200)),
                 })
                 .await
@@ -347,6 +348,7 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
                             worker_id: format!("w{w}"),
                             max: 10,
                             lease: Some(SignedDuration::from_secs(5)),
+                            key: None,
                             now: Some(back),
                         })
                         .await
@@ -427,6 +429,7 @@ pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G, W, W
                     worker_id: "w".into(),
                     max: 10,
                     lease: Some(SignedDuration::from_secs(30)),
+                    key: None,
                     now: None,
                 })
                 .await
