@@ -569,3 +569,155 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
         );
     });
 }
+
+/// A claim with a key ([`ClaimKey`]).
+#[allow(clippy::too_many_arguments)]
+async fn claim_keyed(
+    store: &dyn Store,
+    f: &Fixture,
+    queue: &str,
+    worker: &str,
+    max: u32,
+    key: ClaimKey,
+    now: Timestamp,
+) -> Vec<Claimed> {
+    store
+        .occurrence_claim(OccurrenceClaim {
+            tenant: f.tenant,
+            queue: queue.into(),
+            worker_id: worker.into(),
+            max,
+            lease: Some(SignedDuration::from_secs(30)),
+            key: Some(key),
+            now: Some(now),
+        })
+        .await
+        .expect("claim")
+}
+
+fn keyed(n: u128, resent: bool) -> ClaimKey {
+    ClaimKey {
+        id: Uuid::from_u128(n),
+        resent,
+    }
+}
+
+/// What a claim answers, without the payload: the fields a worker runs it by.
+fn terms(c: &[Claimed]) -> Vec<(OccurrenceId, i64, Timestamp, Timestamp, u32)> {
+    c.iter()
+        .map(|c| (c.id, c.epoch, c.lease_until, c.claimed_at, c.attempt))
+        .collect()
+}
+
+/// A claim whose answer was lost and that is sent again with its key gets what its first
+/// sending claimed, as it was, and claims nothing more; only the same worker, only what it
+/// still holds under that claim, and only when it says the claim is sent again. Covers the
+/// plain claim, a report that claims, an overlap-constrained claim and a limited queue's.
+pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(
+            s,
+            &f,
+            (0..4).map(|i| new_occ(&f, "q", secs(i), 3)).collect(),
+        )
+        .await;
+
+        let first = claim_keyed(s, &f, "q", "A", 2, keyed(1, false), secs(5)).await;
+        assert_eq!(terms(&first).len(), 2);
+        assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), ids[..2]);
+        // Sent again: the same two, same epochs, leases and claim instant, and the payload.
+        let again = claim_keyed(s, &f, "q", "A", 2, keyed(1, true), secs(6)).await;
+        assert_eq!(terms(&again), terms(&first));
+        assert_eq!(
+            again.iter().map(|c| c.payload.clone()).collect::<Vec<_>>(),
+            first.iter().map(|c| c.payload.clone()).collect::<Vec<_>>()
+        );
+        assert!(again[0].payload.is_some());
+        // Another worker sending the same key claims as usual: the next one, not A's.
+        let b = claim_keyed(s, &f, "q", "B", 1, keyed(1, true), secs(6)).await;
+        assert_eq!(terms(&b), vec![(ids[2], 1, secs(36), secs(6), 1)]);
+        // What A reported is no longer held: sent again, only the other comes back.
+        assert!(finish(s, &f, "A", ids[0], 1, ok("done"), secs(7)).await.accepted());
+        let again = claim_keyed(s, &f, "q", "A", 2, keyed(1, true), secs(8)).await;
+        assert_eq!(terms(&again), terms(&first[1..]));
+        // The same key not marked as sent again is a claim like any other.
+        let next = claim_keyed(s, &f, "q", "A", 5, keyed(1, false), secs(8)).await;
+        assert_eq!(terms(&next), vec![(ids[3], 1, secs(38), secs(8), 1)]);
+        // Once the lease has ended the claim is gone: sent again, it claims as usual — here
+        // the occurrence whose lease ended, at a new epoch, recorded under the key.
+        let late = claim_keyed(s, &f, "q", "A", 1, keyed(2, true), secs(35)).await;
+        assert_eq!(terms(&late), vec![(ids[1], 2, secs(65), secs(35), 2)]);
+        let again = claim_keyed(s, &f, "q", "A", 1, keyed(2, true), secs(36)).await;
+        assert_eq!(terms(&again), terms(&late));
+
+        // A report that claims, its answer lost, sent again: its outcome is refused as
+        // already written, and its claim answers what the first sending claimed.
+        let r = insert(
+            s,
+            &f,
+            (0..3).map(|i| new_occ(&f, "r", secs(40 + i), 3)).collect(),
+        )
+        .await;
+        let held = claim(s, &f, "r", "A", 1, 30, secs(43)).await;
+        assert_eq!(held[0].id, r[0]);
+        let report = |at: Timestamp| OccurrenceFinishMany {
+            tenant: f.tenant,
+            worker_id: "A".into(),
+            items: vec![FinishItem {
+                lease: LeaseRef {
+                    occurrence_id: r[0],
+                    epoch: 1,
+                },
+                finish: ok("done"),
+            }],
+            now: Some(at),
+        };
+        let next = |key: ClaimKey, at: Timestamp| OccurrenceClaim {
+            tenant: f.tenant,
+            queue: "r".into(),
+            worker_id: "A".into(),
+            max: 1,
+            lease: Some(SignedDuration::from_secs(30)),
+            key: Some(key),
+            now: Some(at),
+        };
+        let (acks, got) = s
+            .occurrence_finish_and_claim(report(secs(44)), next(keyed(3, false), secs(44)))
+            .await
+            .unwrap();
+        assert!(acks[0].accepted());
+        let got = got.unwrap();
+        assert_eq!(terms(&got), vec![(r[1], 1, secs(74), secs(44), 1)]);
+        let (acks, again) = s
+            .occurrence_finish_and_claim(report(secs(45)), next(keyed(3, true), secs(45)))
+            .await
+            .unwrap();
+        assert_eq!(
+            acks[0].conflict,
+            Some(Conflict::WrongState {
+                state: OccurrenceState::Succeeded
+            })
+        );
+        assert_eq!(terms(&again.unwrap()), terms(&got));
+        let rest = claim(s, &f, "r", "C", 5, 30, secs(46)).await;
+        assert_eq!(rest.iter().map(|c| c.id).collect::<Vec<_>>(), vec![r[2]]);
+
+        // An overlap-constrained occurrence, and a queue under a concurrency limit: their
+        // claims take other ways, and record the key too.
+        let mut constrained = new_occ(&f, "c", secs(50), 3);
+        constrained.overlap = campanile_core::Overlap::SkipIfRunning;
+        let c = insert(s, &f, vec![constrained]).await;
+        let first = claim_keyed(s, &f, "c", "A", 1, keyed(4, false), secs(51)).await;
+        assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), c);
+        let again = claim_keyed(s, &f, "c", "A", 1, keyed(4, true), secs(52)).await;
+        assert_eq!(terms(&again), terms(&first));
+        s.queue_limit_set(f.tenant, "l", Some(5)).await.unwrap();
+        let l = insert(s, &f, vec![new_occ(&f, "l", secs(49), 3)]).await;
+        let first = claim_keyed(s, &f, "l", "A", 1, keyed(5, false), secs(51)).await;
+        assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), l);
+        let again = claim_keyed(s, &f, "l", "A", 1, keyed(5, true), secs(52)).await;
+        assert_eq!(terms(&again), terms(&first));
+    });
+}

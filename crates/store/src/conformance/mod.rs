@@ -60,7 +60,8 @@ macro_rules! conformance_tests {
             claims_wait_for_the_first_node_back_after_an_outage, tenant_classes_are_bounded,
             racing_claimers_keep_overlap_policies,
             idempotency_reservations_are_taken_over_only_when_nothing_was_created,
-            reports_that_claim_more_work_run_each_occurrence_once);
+            reports_that_claim_more_work_run_each_occurrence_once,
+            a_claim_sent_again_answers_what_it_claimed);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
