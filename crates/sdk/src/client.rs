@@ -388,7 +388,8 @@ impl Client {
         struct Out {
             occurrences: Vec<Claimed>,
         }
-        let mut body = json!({ "worker_id": worker_id, "max": max, "lease_seconds": lease_seconds });
+        let mut body =
+            json!({ "worker_id": worker_id, "max": max, "lease_seconds": lease_seconds });
         ClaimKey::write(key, &mut body);
         let out: Out = self
             .send(

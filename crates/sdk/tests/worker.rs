@@ -33,6 +33,10 @@ struct Api {
     /// Reports to write and then lose the answer of (the connection breaks mid-answer, as
     /// when a node or the network fails between the commit and the reply).
     lose_answers: Arc<AtomicU32>,
+    /// The same for plain claims.
+    lose_claim_answers: Arc<AtomicU32>,
+    /// Refuse claim keys as a server older than the SDK does (422, unknown field).
+    no_claim_keys: Arc<AtomicBool>,
     _dir: tempfile::TempDir,
 }
 
@@ -52,11 +56,15 @@ async fn api() -> Api {
     let refuse_reports = Arc::new(AtomicU32::new(0));
     let old_server = Arc::new(AtomicBool::new(false));
     let lose_answers = Arc::new(AtomicU32::new(0));
-    let (seen, refuse, old, lose) = (
+    let lose_claim_answers = Arc::new(AtomicU32::new(0));
+    let no_claim_keys = Arc::new(AtomicBool::new(false));
+    let (seen, refuse, old, lose, lose_claims, keyless) = (
         counts.clone(),
         refuse_reports.clone(),
         old_server.clone(),
         lose_answers.clone(),
+        lose_claim_answers.clone(),
+        no_claim_keys.clone(),
     );
     let app = router(AppState::new(store.clone(), &cfg, None), &cfg).layer(middleware::from_fn(
         move |req: Request, next: Next| {
@@ -69,8 +77,23 @@ async fn api() -> Api {
             *seen.lock().unwrap().entry(kind).or_default() += 1;
             let refused = kind == "completions" && take_one(&refuse);
             let old = kind == "completions" && old.load(Ordering::SeqCst);
-            let lost = kind == "completions" && take_one(&lose);
+            let lost = (kind == "completions" && take_one(&lose))
+                || (kind == "claim" && take_one(&lose_claims));
+            let keyless = keyless.load(Ordering::SeqCst);
             async move {
+                let req = if keyless {
+                    let (parts, body) = req.into_parts();
+                    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+                    if String::from_utf8_lossy(&bytes).contains("\"claim_key\"") {
+                        let body = json!({"code": "validation_failed",
+                            "message": "unknown field `claim_key`, expected one of `queue`, `max`, `lease_seconds`"});
+                        return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body))
+                            .into_response();
+                    }
+                    Request::from_parts(parts, axum::body::Body::from(bytes))
+                } else {
+                    req
+                };
                 if lost {
                     // Written, then the answer's body breaks off: the client sees no answer.
                     let written = next.run(req).await;
@@ -110,6 +133,8 @@ async fn api() -> Api {
         refuse_reports,
         old_server,
         lose_answers,
+        lose_claim_answers,
+        no_claim_keys,
         _dir: dir,
     }
 }
@@ -306,6 +331,75 @@ async fn a_report_whose_answer_was_lost_counts_as_written() {
     );
     assert_eq!((report.completed, report.refused), (1, 0), "{report:?}");
     assert_eq!(api.in_state("RUNNING").await, 0);
+}
+
+/// `config(concurrency)` with leases far longer than any test waits: an occurrence leased to
+/// the worker without its knowing would not run again within the test.
+fn long_leases(concurrency: usize) -> WorkerConfig {
+    let mut cfg = config(concurrency);
+    cfg.lease_seconds = 600;
+    cfg
+}
+
+/// How many occurrences are in `state` having used exactly one attempt.
+async fn first_attempts(api: &Api, state: &str) -> usize {
+    let v = api
+        .client
+        .list_occurrences(&format!("state={state}&limit=1000"))
+        .await
+        .unwrap();
+    v["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["attempt_count"] == 1)
+        .count()
+}
+
+/// A report whose answer was lost had claimed the next occurrence: sent again with its claim
+/// key, it gets that occurrence back, and the worker runs it at once, on its first attempt.
+/// Before claim keys it lay leased to a worker that never heard of it until the lease ended
+/// (here 10 minutes: the test would time out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_whose_answer_was_lost_gets_what_it_claimed() {
+    let api = api().await;
+    api.due(3).await;
+    api.lose_answers.store(1, Ordering::SeqCst);
+    let worker = Worker::new(api.client.clone(), long_leases(1));
+    let report = succeed_all(&api, worker, 3).await;
+    assert_eq!((report.completed, report.refused), (3, 0), "{report:?}");
+    assert_eq!(
+        api.count("completions"),
+        4,
+        "one report was sent twice, each claiming the next occurrence"
+    );
+    assert_eq!(first_attempts(&api, "SUCCEEDED").await, 3);
+}
+
+/// The same for a plain claim whose answer was lost: sent again, it gets what it claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_answer_was_lost_gets_what_it_claimed() {
+    let api = api().await;
+    api.due(2).await;
+    api.lose_claim_answers.store(1, Ordering::SeqCst);
+    let mut cfg = long_leases(2);
+    cfg.batch = 2;
+    let worker = Worker::new(api.client.clone(), cfg);
+    let report = succeed_all(&api, worker, 2).await;
+    assert_eq!((report.completed, report.refused), (2, 0), "{report:?}");
+    assert_eq!(first_attempts(&api, "SUCCEEDED").await, 2);
+}
+
+/// Against a server that takes no claim keys (older than the SDK: 422, unknown field,
+/// nothing written), the worker claims without them: every outcome lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_takes_no_claim_keys_still_gets_every_outcome() {
+    let api = api().await;
+    api.due(6).await;
+    api.no_claim_keys.store(true, Ordering::SeqCst);
+    let worker = Worker::new(api.client.clone(), config(2));
+    let report = succeed_all(&api, worker, 6).await;
+    assert_eq!((report.completed, report.refused), (6, 0), "{report:?}");
 }
 
 /// Against a server older than the SDK (it refuses a report that claims, writing nothing),

@@ -276,7 +276,14 @@ pub(crate) async fn claim(
     let b = body.value;
     check_worker(&b.worker_id)?;
     let key = claim_key(b.claim_key, b.resent)?;
-    let claim = checked_claim(caller.tenant, queue, b.worker_id, b.max, b.lease_seconds, key)?;
+    let claim = checked_claim(
+        caller.tenant,
+        queue,
+        b.worker_id,
+        b.max,
+        b.lease_seconds,
+        key,
+    )?;
     // A node hands out work only while the others can see it alive: otherwise a node starting
     // now would take the cluster for down and judge this work by the misfire policy, and after
     // a database outage the outage check (made by the next planning pass) must come first.

@@ -740,6 +740,35 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
         (StatusCode::BAD_REQUEST, "invalid_request"),
         "{v}"
     );
+    // A claim sent again needs the key it was sent with, and a key is a UUID; the claim a
+    // report carries is checked the same way, before any outcome is written.
+    for (path, body) in [
+        (
+            "/v1/queues/q/claim",
+            json!({"worker_id": "w", "resent": true}),
+        ),
+        (
+            "/v1/queues/q/claim",
+            json!({"worker_id": "w", "claim_key": "k1"}),
+        ),
+        (
+            "/v1/completions",
+            json!({"worker_id": "w",
+                   "items": [{"occurrence_id": uuid::Uuid::nil(), "epoch": 1}],
+                   "claim": {"queue": "q", "resent": true}}),
+        ),
+    ] {
+        let (s, v) = app.call("POST", path, k, Some(body.clone())).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            "{body}: {v}"
+        );
+        assert!(
+            v["message"].as_str().unwrap().contains("claim_key"),
+            "{body}: {v}"
+        );
+    }
     // A route asked with a method it does not take: JSON, and the methods it does take.
     let wrong = Request::builder()
         .method("DELETE")

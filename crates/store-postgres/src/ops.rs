@@ -944,7 +944,9 @@ async fn claim_constrained_locked<C: GenericClient>(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                out.extend(claim_seqs(tx, &[seq], &p.worker_id, p.key.map(|k| k.id), now, lease).await?);
+                out.extend(
+                    claim_seqs(tx, &[seq], &p.worker_id, p.key.map(|k| k.id), now, lease).await?,
+                );
             }
             fence::OverlapDecision::Wait => {}
             fence::OverlapDecision::Skip => {

@@ -312,20 +312,22 @@ fn claimed_with_key(c: &Connection, p: &OccurrenceClaim, key: Uuid, now: i64) ->
         })
         .map_err(db_err)?;
     rows.into_iter()
-        .map(|(id, sid, version, sf, av, epoch, attempts, lease_until, claimed_at)| {
-            Ok(Claimed {
-                id: OccurrenceId(id),
-                schedule_id: ScheduleId(sid),
-                version,
-                scheduled_for: ts(sf)?,
-                available_at: ts(av)?,
-                epoch,
-                lease_until: ts(lease_until)?,
-                attempt: attempts,
-                claimed_at: ts(claimed_at)?,
-                payload: None,
-            })
-        })
+        .map(
+            |(id, sid, version, sf, av, epoch, attempts, lease_until, claimed_at)| {
+                Ok(Claimed {
+                    id: OccurrenceId(id),
+                    schedule_id: ScheduleId(sid),
+                    version,
+                    scheduled_for: ts(sf)?,
+                    available_at: ts(av)?,
+                    epoch,
+                    lease_until: ts(lease_until)?,
+                    attempt: attempts,
+                    claimed_at: ts(claimed_at)?,
+                    payload: None,
+                })
+            },
+        )
         .collect()
 }
 

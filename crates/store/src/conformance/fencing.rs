@@ -639,7 +639,11 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         let b = claim_keyed(s, &f, "q", "B", 1, keyed(1, true), secs(6)).await;
         assert_eq!(terms(&b), vec![(ids[2], 1, secs(36), secs(6), 1)]);
         // What A reported is no longer held: sent again, only the other comes back.
-        assert!(finish(s, &f, "A", ids[0], 1, ok("done"), secs(7)).await.accepted());
+        assert!(
+            finish(s, &f, "A", ids[0], 1, ok("done"), secs(7))
+                .await
+                .accepted()
+        );
         let again = claim_keyed(s, &f, "q", "A", 2, keyed(1, true), secs(8)).await;
         assert_eq!(terms(&again), terms(&first[1..]));
         // The same key not marked as sent again is a claim like any other.
