@@ -12,7 +12,7 @@ use std::time::Instant;
 use campanile_calendar::{DstFold, DstGap};
 use campanile_core::ScheduleId;
 use campanile_planner::{Engine, PlannerConfig, SweepConfig, shard_of};
-use campanile_sdk::Client;
+use campanile_sdk::{ClaimKey, Client};
 use campanile_server::{AppState, ServerConfig, issue_key, router};
 use campanile_store::*;
 use clap::Args;
@@ -268,7 +268,10 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
                     if lags.lock().unwrap_or_else(|e| e.into_inner()).len() >= total {
                         return Ok::<(), campanile_sdk::SdkError>(());
                     }
-                    held = match client.claim("peak", &worker, batch, 60).await {
+                    held = match client
+                        .claim_keyed("peak", &worker, batch, 60, Some(ClaimKey::new()))
+                        .await
+                    {
                         Ok(c) => c,
                         // The node is not handing out work for a moment (its liveness mark
                         // lapsed): as a worker would, wait and ask again.
@@ -292,7 +295,14 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
                     (client.completions(&worker, items).await?, Vec::new())
                 } else {
                     client
-                        .completions_and_claim(&worker, items, "peak", batch, 60)
+                        .completions_and_claim_keyed(
+                            &worker,
+                            items,
+                            "peak",
+                            batch,
+                            60,
+                            Some(ClaimKey::new()),
+                        )
                         .await?
                 };
                 let next_at = Timestamp::now();

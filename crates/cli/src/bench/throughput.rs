@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use campanile_sdk::Client;
+use campanile_sdk::{ClaimKey, Client};
 use campanile_server::{AppState, ServerConfig, issue_key, router};
 use campanile_store::*;
 use clap::Args;
@@ -92,21 +92,21 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
             let separate = args.separate_claims;
             tasks.push(tokio::spawn(async move {
                 let worker = format!("http-{w}");
-                let mut claimed = client.claim("bench", &worker, batch, 60).await?;
+                let mut claimed = client.claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new())).await?;
                 while !claimed.is_empty() {
                     let accepted = if separate && batch == 1 {
                         let c = &claimed[0];
                         let n = client.complete(c.id, &worker, c.epoch, json!(true)).await.map(|_| 1)?;
-                        claimed = client.claim("bench", &worker, batch, 60).await?;
+                        claimed = client.claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new())).await?;
                         n
                     } else {
                         let items = claimed.iter().map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true})).collect();
                         let results = if separate {
                             let results = client.completions(&worker, items).await?;
-                            claimed = client.claim("bench", &worker, batch, 60).await?;
+                            claimed = client.claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new())).await?;
                             results
                         } else {
-                            let (results, next) = client.completions_and_claim(&worker, items, "bench", batch, 60).await?;
+                            let (results, next) = client.completions_and_claim_keyed(&worker, items, "bench", batch, 60, Some(ClaimKey::new())).await?;
                             claimed = next;
                             results
                         };
