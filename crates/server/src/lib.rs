@@ -385,6 +385,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "Occurrences handed to workers.",
     ),
     (
+        "campanile_claims_replayed_total",
+        "Occurrences answered again to a claim sent again with its key after its answer was lost (not counted again as claimed).",
+    ),
+    (
         "campanile_occurrences_completed_total",
         "Completions accepted.",
     ),

@@ -2454,3 +2454,76 @@ async fn payloads_and_results_keep_every_digit() {
     assert_eq!(s, StatusCode::OK);
     assert!(text.contains(result), "{text}");
 }
+
+/// The value of an unlabelled counter on /metrics.
+async fn counter(app: &App, name: &str) -> f64 {
+    let (_, m) = app.call("GET", "/metrics", None, None).await;
+    m.as_str()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+}
+
+/// A claim sent again with its key and `resent` answers what the first sending claimed, the
+/// same occurrence at the same epoch, claims nothing more, and is counted as replayed; the
+/// claim a report carries does the same. (No other test here replays, so the counter's
+/// increase is this test's.)
+#[tokio::test]
+async fn a_claim_sent_again_gets_what_it_claimed() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    for _ in 0..3 {
+        app.call("POST", "/v1/schedules", k, Some(due_now("again")))
+            .await;
+    }
+    app.plan().await;
+    let before = counter(&app, "campanile_claims_replayed_total").await;
+    let key = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
+    let body = |resent: bool| json!({"worker_id": "w", "claim_key": key, "resent": resent});
+    let (s, first) = app
+        .call("POST", "/v1/queues/again/claim", k, Some(body(false)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    let (s, again) = app
+        .call("POST", "/v1/queues/again/claim", k, Some(body(true)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again, first, "the same answer, payload and lease included");
+    assert_eq!(first["occurrences"].as_array().unwrap().len(), 1);
+    let held = &first["occurrences"][0];
+
+    // A report of it that claims the next one, then the same report sent again.
+    let report = |resent: bool| {
+        json!({"worker_id": "w",
+               "items": [{"occurrence_id": held["id"], "epoch": held["epoch"], "result": 1}],
+               "claim": {"queue": "again", "claim_key": "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+                         "resent": resent}})
+    };
+    let (s, r1) = app
+        .call("POST", "/v1/completions", k, Some(report(false)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r1}");
+    assert_eq!(r1["results"][0]["outcome"], "accepted", "{r1}");
+    let (s, r2) = app
+        .call("POST", "/v1/completions", k, Some(report(true)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r2}");
+    assert_eq!(r2["results"][0]["state"], "SUCCEEDED", "{r2}");
+    assert_eq!(r2["claimed"], r1["claimed"], "{r2}");
+    assert_eq!(r1["claimed"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        counter(&app, "campanile_claims_replayed_total").await - before,
+        2.0
+    );
+    // One of three is left to claim: the replays claimed nothing.
+    let (_, rest) = app
+        .call(
+            "POST",
+            "/v1/queues/again/claim",
+            k,
+            Some(json!({"worker_id": "x", "max": 10})),
+        )
+        .await;
+    assert_eq!(rest["occurrences"].as_array().unwrap().len(), 1, "{rest}");
+}

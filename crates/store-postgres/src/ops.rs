@@ -324,7 +324,10 @@ pub(crate) async fn claimed_with_key<C: GenericClient>(
     rows.iter()
         .map(|r| {
             let claimed_at: i64 = r.try_get(9).map_err(pg_err)?;
-            claimed_row(r, claimed_at, 8)
+            Ok(Claimed {
+                replayed: true,
+                ..claimed_row(r, claimed_at, 8)?
+            })
         })
         .collect()
 }
@@ -739,6 +742,7 @@ fn claimed_row(r: &Row, now: i64, lease_col: usize) -> R<Claimed> {
         attempt: u32_of(r.get(6)),
         claimed_at: ts(now)?,
         payload: r.get(7),
+        replayed: false,
     })
 }
 

@@ -325,6 +325,7 @@ fn claimed_with_key(c: &Connection, p: &OccurrenceClaim, key: Uuid, now: i64) ->
                     attempt: attempts,
                     claimed_at: ts(claimed_at)?,
                     payload: None,
+                    replayed: true,
                 })
             },
         )
@@ -672,6 +673,7 @@ fn finish_claim(rows: Vec<ClaimRow>, now: i64, lease: Option<i64>) -> R<Vec<Clai
             attempt: attempts,
             claimed_at: ts(now)?,
             payload: None,
+            replayed: false,
         });
     }
     out.sort_by_key(|c| c.available_at);

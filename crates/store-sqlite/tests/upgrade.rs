@@ -477,10 +477,20 @@ fn upgrade_rebuilds_occurrences_around_a_schedule_major_key() {
         )
         .expect("occurrence");
     }
+    // The columns as of migration 14 (later migrations add columns, NULL on old rows).
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('occurrences') ORDER BY cid")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("columns");
+    let select = format!(
+        "SELECT {} FROM occurrences ORDER BY seq",
+        columns.join(", ")
+    );
     let rows = |c: &Connection| -> Vec<Vec<rusqlite::types::Value>> {
-        let mut stmt = c
-            .prepare("SELECT * FROM occurrences ORDER BY seq")
-            .expect("prepare");
+        let mut stmt = c.prepare(&select).expect("prepare");
         let n = stmt.column_count();
         stmt.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
             .expect("query")

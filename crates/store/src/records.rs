@@ -100,6 +100,9 @@ pub struct Claimed {
     pub claimed_at: Timestamp,
     /// The schedule version's payload.
     pub payload: Option<String>,
+    /// Claimed earlier, by a claim with the same key whose answer was lost, and answered
+    /// again ([`crate::ClaimKey::resent`]): nothing was claimed now.
+    pub replayed: bool,
 }
 
 impl Claimed {
@@ -114,9 +117,17 @@ impl Claimed {
     /// Counts one tenant's claims in the claimed counter and the claim-lag histogram
     /// (`claimed_at − available_at`, labelled with the tenant's class), the same for every
     /// path that claims (the HTTP API, the relay).
+    /// An answer given again (`replayed`) was counted when it was claimed: it counts only in
+    /// `campanile_claims_replayed_total`, so a lost answer is seen, not counted twice.
     pub fn count<'a>(class: &str, claims: impl ExactSizeIterator<Item = &'a Claimed>) {
+        let claims: Vec<&Claimed> = claims.collect();
+        let replayed = claims.iter().filter(|c| c.replayed).count();
+        if replayed > 0 {
+            metrics::counter!("campanile_claims_replayed_total").increment(replayed as u64);
+        }
+        let claims: Vec<&Claimed> = claims.into_iter().filter(|c| !c.replayed).collect();
         metrics::counter!("campanile_occurrences_claimed_total").increment(claims.len() as u64);
-        if claims.len() == 0 {
+        if claims.is_empty() {
             return;
         }
         let lag =

@@ -630,6 +630,7 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         // Sent again: the same two, same epochs, leases and claim instant, and the payload.
         let again = claim_keyed(s, &f, "q", "A", 2, keyed(1, true), secs(6)).await;
         assert_eq!(terms(&again), terms(&first));
+        assert!(first.iter().all(|c| !c.replayed) && again.iter().all(|c| c.replayed));
         assert_eq!(
             again.iter().map(|c| c.payload.clone()).collect::<Vec<_>>(),
             first.iter().map(|c| c.payload.clone()).collect::<Vec<_>>()
@@ -653,6 +654,7 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         // the occurrence whose lease ended, at a new epoch, recorded under the key.
         let late = claim_keyed(s, &f, "q", "A", 1, keyed(2, true), secs(35)).await;
         assert_eq!(terms(&late), vec![(ids[1], 2, secs(65), secs(35), 2)]);
+        assert!(!late[0].replayed && !b[0].replayed);
         let again = claim_keyed(s, &f, "q", "A", 1, keyed(2, true), secs(36)).await;
         assert_eq!(terms(&again), terms(&late));
 
@@ -704,7 +706,9 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
                 state: OccurrenceState::Succeeded
             })
         );
-        assert_eq!(terms(&again.unwrap()), terms(&got));
+        let again = again.unwrap();
+        assert_eq!(terms(&again), terms(&got));
+        assert!(again[0].replayed);
         let rest = claim(s, &f, "r", "C", 5, 30, secs(46)).await;
         assert_eq!(rest.iter().map(|c| c.id).collect::<Vec<_>>(), vec![r[2]]);
 
