@@ -230,12 +230,16 @@ impl Worker {
                     Err(e) => {
                         tracing::warn!(error = %e, "claim failed; retrying");
                         // It may have claimed before its answer was lost: sent again, it gets
-                        // that. A refusal (4xx) claimed nothing.
-                        if matches!(e, SdkError::Api { status, .. } if status < 500) {
-                            key = self.compat.key();
-                        } else {
-                            key = key.map(ClaimKey::again);
-                        }
+                        // that. A refusal (4xx) claimed nothing, but the key may still hold
+                        // what an earlier sending of it claimed: a key already sent again is
+                        // kept.
+                        key = match key {
+                            Some(k) if k.resent => Some(k),
+                            Some(k) if !matches!(e, SdkError::Api { status, .. } if status < 500) => {
+                                Some(k.again())
+                            }
+                            _ => self.compat.key(),
+                        };
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
@@ -395,13 +399,21 @@ where
     let mut delay = Duration::from_millis(100);
     let mut sent_again = false;
     let mut key = compat.key();
+    // Whether a sending carried a claim: sent again, it keeps it even once shutdown began,
+    // so that what the first sending may have claimed comes back and is run before the
+    // worker stops.
+    let mut claim_sent = false;
     let sent = loop {
-        let sent = if *shutdown.borrow() || compat.plain_reports.load(Ordering::Relaxed) {
+        let resending_claim = sent_again && claim_sent && key.is_some();
+        let sent = if (*shutdown.borrow() && !resending_claim)
+            || compat.plain_reports.load(Ordering::Relaxed)
+        {
             client
                 .completions(&cfg.worker_id, vec![item.clone()])
                 .await
                 .map(|r| (r, Vec::new()))
         } else {
+            claim_sent = true;
             match client
                 .completions_and_claim_keyed(
                     &cfg.worker_id,

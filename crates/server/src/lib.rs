@@ -385,7 +385,7 @@ pub const METRICS: &[(&str, &str)] = &[
         "Occurrences handed to workers.",
     ),
     (
-        "campanile_claims_replayed_total",
+        "campanile_occurrences_replayed_total",
         "Occurrences answered again to a claim sent again with its key after its answer was lost (not counted again as claimed).",
     ),
     (

@@ -2478,7 +2478,7 @@ async fn a_claim_sent_again_gets_what_it_claimed() {
             .await;
     }
     app.plan().await;
-    let before = counter(&app, "campanile_claims_replayed_total").await;
+    let before = counter(&app, "campanile_occurrences_replayed_total").await;
     let key = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
     let body = |resent: bool| json!({"worker_id": "w", "claim_key": key, "resent": resent});
     let (s, first) = app
@@ -2513,7 +2513,7 @@ async fn a_claim_sent_again_gets_what_it_claimed() {
     assert_eq!(r2["claimed"], r1["claimed"], "{r2}");
     assert_eq!(r1["claimed"].as_array().unwrap().len(), 1);
     assert_eq!(
-        counter(&app, "campanile_claims_replayed_total").await - before,
+        counter(&app, "campanile_occurrences_replayed_total").await - before,
         2.0
     );
     // One of three is left to claim: the replays claimed nothing.

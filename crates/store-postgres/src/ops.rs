@@ -291,8 +291,8 @@ pub(crate) async fn claim_rest(
 }
 
 /// What a worker claimed with a key in a queue and still holds: `$1` tenant, `$2` queue, `$3`
-/// the caller's instant or NULL, `$4` the worker, `$5` the key. The queue's unexpired leases
-/// are a range of `occurrences_running_queue`.
+/// the caller's instant or NULL, `$4` the worker, `$5` the key, `$6` at most this many (the
+/// claim's `max`). The queue's unexpired leases are a range of `occurrences_running_queue`.
 static CLAIMED_WITH_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
@@ -301,7 +301,7 @@ static CLAIMED_WITH_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(
            LEFT JOIN schedule_versions v ON v.schedule_id = o.schedule_id AND v.version = o.version
           WHERE o.tenant_id = $1 AND o.queue = $2 AND o.state = 'RUNNING'
             AND o.lease_until > {now} AND o.owner = $4 AND o.claim_key = $5
-          ORDER BY o.available_at, o.seq",
+          ORDER BY o.available_at, o.seq LIMIT $6",
         now = statement_now("$3")
     )
 });
@@ -318,7 +318,14 @@ pub(crate) async fn claimed_with_key<C: GenericClient>(
     let rows = query(
         c,
         &CLAIMED_WITH_KEY,
-        &[&p.tenant.0, &p.queue, &fixed, &p.worker_id, &key],
+        &[
+            &p.tenant.0,
+            &p.queue,
+            &fixed,
+            &p.worker_id,
+            &key,
+            &i64::from(p.max),
+        ],
     )
     .await?;
     rows.iter()

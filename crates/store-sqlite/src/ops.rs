@@ -292,22 +292,25 @@ fn claimed_with_key(c: &Connection, p: &OccurrenceClaim, key: Uuid, now: i64) ->
                FROM occurrences INDEXED BY occurrences_running
               WHERE tenant_id = ?1 AND queue = ?2 AND state = 'RUNNING' AND lease_until > ?3
                 AND owner = ?4 AND claim_key = ?5
-              ORDER BY available_at, seq",
+              ORDER BY available_at, seq LIMIT ?6",
         )
         .and_then(|mut s| {
-            s.query_map(params![p.tenant.0, p.queue, now, p.worker_id, key], |r| {
-                Ok((
-                    r.get::<_, Uuid>(0)?,
-                    r.get::<_, Uuid>(1)?,
-                    r.get::<_, u32>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, i64>(5)?,
-                    r.get::<_, u32>(6)?,
-                    r.get::<_, i64>(7)?,
-                    r.get::<_, i64>(8)?,
-                ))
-            })?
+            s.query_map(
+                params![p.tenant.0, p.queue, now, p.worker_id, key, p.max],
+                |r| {
+                    Ok((
+                        r.get::<_, Uuid>(0)?,
+                        r.get::<_, Uuid>(1)?,
+                        r.get::<_, u32>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, i64>(5)?,
+                        r.get::<_, u32>(6)?,
+                        r.get::<_, i64>(7)?,
+                        r.get::<_, i64>(8)?,
+                    ))
+                },
+            )?
             .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?;

@@ -55,8 +55,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// expired lease is recorded as `lease_expired` in the same transaction. The claim's
     /// [`ClaimKey`] is recorded on each (none: none). A claim whose key says `resent` first
     /// looks for what this worker claimed with that key in this queue and still holds
-    /// (`RUNNING`, lease unexpired): if any, those are the answer, unchanged, and nothing is
-    /// written (not gated on liveness, as it hands out nothing new).
+    /// (`RUNNING`, lease unexpired): if any, those are the answer (at most `max`, first
+    /// things first), unchanged, and nothing is written. The store does not gate that on
+    /// liveness, as it hands out nothing new (the HTTP API still answers a node that is not
+    /// live as it answers any claim there).
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError>;
 
     /// Extends the leases the worker still holds, in one statement; says for each whether

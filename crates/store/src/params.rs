@@ -144,8 +144,9 @@ pub struct ClaimKey {
     pub id: uuid::Uuid,
     /// This claim may have been made before and its answer lost: the occurrences still
     /// `RUNNING` under an unexpired lease that this worker claimed with this key, in this
-    /// queue, are answered instead, as they are (same epochs, leases and claim instants), and
-    /// nothing new is claimed; when there are none, the claim is made as usual.
+    /// queue, are answered instead (at most the claim's `max`), as they are (same epochs,
+    /// leases and claim instants), and nothing new is claimed; when there are none, the claim
+    /// is made as usual.
     pub resent: bool,
 }
 

@@ -118,12 +118,12 @@ impl Claimed {
     /// (`claimed_at − available_at`, labelled with the tenant's class), the same for every
     /// path that claims (the HTTP API, the relay).
     /// An answer given again (`replayed`) was counted when it was claimed: it counts only in
-    /// `campanile_claims_replayed_total`, so a lost answer is seen, not counted twice.
+    /// `campanile_occurrences_replayed_total`, so a lost answer is seen, not counted twice.
     pub fn count<'a>(class: &str, claims: impl ExactSizeIterator<Item = &'a Claimed>) {
         let claims: Vec<&Claimed> = claims.collect();
         let replayed = claims.iter().filter(|c| c.replayed).count();
         if replayed > 0 {
-            metrics::counter!("campanile_claims_replayed_total").increment(replayed as u64);
+            metrics::counter!("campanile_occurrences_replayed_total").increment(replayed as u64);
         }
         let claims: Vec<&Claimed> = claims.into_iter().filter(|c| !c.replayed).collect();
         metrics::counter!("campanile_occurrences_claimed_total").increment(claims.len() as u64);

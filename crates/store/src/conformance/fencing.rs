@@ -650,13 +650,29 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         // The same key not marked as sent again is a claim like any other.
         let next = claim_keyed(s, &f, "q", "A", 5, keyed(1, false), secs(8)).await;
         assert_eq!(terms(&next), vec![(ids[3], 1, secs(38), secs(8), 1)]);
-        // Once the lease has ended the claim is gone: sent again, it claims as usual — here
-        // the occurrence whose lease ended, at a new epoch, recorded under the key.
+        // A lease that has ended is no longer the key's: sent again as ids[1]'s lease ends,
+        // the key answers only ids[3], which it claimed later and still holds.
+        let again = claim_keyed(s, &f, "q", "A", 2, keyed(1, true), secs(35)).await;
+        assert_eq!(terms(&again), vec![(ids[3], 1, secs(38), secs(8), 1)]);
+        // A key that holds nothing claims as usual: here the occurrence whose lease ended, at
+        // a new epoch, recorded under the key.
         let late = claim_keyed(s, &f, "q", "A", 1, keyed(2, true), secs(35)).await;
         assert_eq!(terms(&late), vec![(ids[1], 2, secs(65), secs(35), 2)]);
         assert!(!late[0].replayed && !b[0].replayed);
         let again = claim_keyed(s, &f, "q", "A", 1, keyed(2, true), secs(36)).await;
         assert_eq!(terms(&again), terms(&late));
+        // A claim without a key clears the key of what it takes over: once ids[2] and ids[3]
+        // are retaken that way, key 1 holds nothing (and nothing is left to claim).
+        let retaken = claim(s, &f, "q", "A", 2, 30, secs(38)).await;
+        assert_eq!(
+            retaken.iter().map(|c| (c.id, c.epoch)).collect::<Vec<_>>(),
+            vec![(ids[2], 2), (ids[3], 2)]
+        );
+        assert!(
+            claim_keyed(s, &f, "q", "A", 2, keyed(1, true), secs(39))
+                .await
+                .is_empty()
+        );
 
         // A report that claims, its answer lost, sent again: its outcome is refused as
         // already written, and its claim answers what the first sending claimed.
@@ -711,6 +727,18 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         assert!(again[0].replayed);
         let rest = claim(s, &f, "r", "C", 5, 30, secs(46)).await;
         assert_eq!(rest.iter().map(|c| c.id).collect::<Vec<_>>(), vec![r[2]]);
+
+        // A claim sent again answers at most its `max`, first things first.
+        let m = insert(
+            s,
+            &f,
+            (0..2).map(|i| new_occ(&f, "m", secs(60 + i), 3)).collect(),
+        )
+        .await;
+        let first = claim_keyed(s, &f, "m", "A", 2, keyed(6, false), secs(62)).await;
+        assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), m);
+        let again = claim_keyed(s, &f, "m", "A", 1, keyed(6, true), secs(63)).await;
+        assert_eq!(terms(&again), terms(&first[..1]));
 
         // An overlap-constrained occurrence, and a queue under a concurrency limit: their
         // claims take other ways, and record the key too.
