@@ -287,8 +287,16 @@ pub(crate) async fn claim(
     // A node hands out work only while the others can see it alive: otherwise a node starting
     // now would take the cluster for down and judge this work by the misfire policy, and after
     // a database outage the outage check (made by the next planning pass) must come first.
+    // What a claim sent again already holds is handed out already: it comes back.
     if !node_is_live(&state) {
-        return Err(ApiError::node_not_live());
+        let tenant = claim.tenant;
+        let held = state.store.occurrence_claimed_with_key(claim).await?;
+        if held.is_empty() {
+            return Err(ApiError::node_not_live());
+        }
+        return Ok(Json(ClaimOut {
+            occurrences: claimed_out(&state, tenant, held).await,
+        }));
     }
     Ok(Json(ClaimOut {
         occurrences: run_claim(&state, claim).await?,
@@ -829,6 +837,19 @@ pub(crate) async fn completions(
                 tracing::warn!(error = %e, "the claim after a batch of outcomes failed");
                 Vec::new()
             });
+            (acks, Some(got))
+        }
+        // A node not live claims nothing new, but a claim sent again gets what its key holds.
+        Some(c) if c.key.is_some_and(|k| k.resent) => {
+            let acks = state.store.occurrence_finish_many(finish).await?;
+            let got = state
+                .store
+                .occurrence_claimed_with_key(c)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "looking up a resent claim's occurrences failed");
+                    Vec::new()
+                });
             (acks, Some(got))
         }
         claim => (

@@ -2473,7 +2473,7 @@ async fn counter(app: &App, name: &str) -> f64 {
 async fn a_claim_sent_again_gets_what_it_claimed() {
     let app = app().await;
     let k = Some(app.a.as_str());
-    for _ in 0..3 {
+    for _ in 0..5 {
         app.call("POST", "/v1/schedules", k, Some(due_now("again")))
             .await;
     }
@@ -2516,14 +2516,59 @@ async fn a_claim_sent_again_gets_what_it_claimed() {
         counter(&app, "campanile_occurrences_replayed_total").await - before,
         2.0
     );
-    // One of three is left to claim: the replays claimed nothing.
+    // Three of five are left to claim: the replays claimed nothing.
+    let key = "9a4c5e3e-6f0b-4e5e-9d3a-2f1c7b8d9e01";
+    let body =
+        |resent: bool| json!({"worker_id": "x", "max": 10, "claim_key": key, "resent": resent});
     let (_, rest) = app
-        .call(
-            "POST",
-            "/v1/queues/again/claim",
-            k,
-            Some(json!({"worker_id": "x", "max": 10})),
-        )
+        .call("POST", "/v1/queues/again/claim", k, Some(body(false)))
         .await;
-    assert_eq!(rest["occurrences"].as_array().unwrap().len(), 1, "{rest}");
+    let rest = rest["occurrences"].as_array().unwrap().clone();
+    assert_eq!(rest.len(), 3, "{rest:?}");
+
+    // A node that is not live (its planner has not marked it yet) hands out nothing new, but a
+    // claim sent again still gets what its key holds, plain or riding on a report.
+    let cfg = ServerConfig::default();
+    let planner = Arc::new(Planner::new(app.store.clone(), PlannerConfig::new("down")));
+    assert!(!planner.is_live());
+    let down = router(AppState::new(app.store.clone(), &cfg, Some(planner)), &cfg);
+    let call = async |path: &str, body: Value| {
+        let req = Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("authorization", format!("Bearer {}", app.a))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let resp = down.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+    };
+    let (s, v) = call("/v1/queues/again/claim", json!({"worker_id": "x"})).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    let (s, v) = call("/v1/queues/again/claim", body(true)).await;
+    assert_eq!(
+        (s, v["occurrences"].as_array().unwrap()),
+        (StatusCode::OK, &rest)
+    );
+    let other = json!({"worker_id": "x", "claim_key": "0e6f3c52-7c3b-4d7e-8f0a-1b2c3d4e5f60",
+                       "resent": true});
+    let (s, v) = call("/v1/queues/again/claim", other).await;
+    assert_eq!(
+        s,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a key that holds nothing: {v}"
+    );
+    let report = json!({"worker_id": "x",
+        "items": [{"occurrence_id": rest[0]["id"], "epoch": rest[0]["epoch"], "result": 1}],
+        "claim": {"queue": "again", "max": 10, "claim_key": key, "resent": true}});
+    let (s, v) = call("/v1/completions", report).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["results"][0]["outcome"], "accepted", "{v}");
+    assert_eq!(v["claimed"].as_array().unwrap(), &rest[1..], "{v}");
+    assert_eq!(
+        counter(&app, "campanile_occurrences_replayed_total").await - before,
+        7.0
+    );
 }

@@ -431,6 +431,16 @@ impl Store for PgStore {
         ops::claim_rest(&self.pool, p, first).await
     }
 
+    async fn occurrence_claimed_with_key(
+        &self,
+        p: OccurrenceClaim,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let Some(key) = p.key.filter(|k| k.resent) else {
+            return Ok(Vec::new());
+        };
+        ops::claimed_with_key(&self.client().await?, &p, key.id).await
+    }
+
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
         if p.lease <= jiff::SignedDuration::ZERO {
             return Err(StoreError::Invalid("lease must be positive".into()));

@@ -244,6 +244,23 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn occurrence_claimed_with_key(
+        &self,
+        p: OccurrenceClaim,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let Some(key) = p.key.filter(|k| k.resent) else {
+            return Ok(Vec::new());
+        };
+        let now = self.now(p.now);
+        // A reader sees every committed claim: the key's rows, if any, are in.
+        self.read(move |c| {
+            let mut held = ops::claimed_with_key(c, &p, key.id, now)?;
+            ops::fill_payloads(c, &mut held)?;
+            Ok(held)
+        })
+        .await
+    }
+
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
         if p.lease <= jiff::SignedDuration::ZERO {
             return Err(StoreError::Invalid("lease must be positive".into()));

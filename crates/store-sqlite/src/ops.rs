@@ -284,7 +284,12 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
 /// unexpired at `now`), as that claim answered it: a claim sent again after its answer was
 /// lost ([`campanile_store::ClaimKey::resent`]). Reads the running index's range of the queue's
 /// unexpired leases; only a claim sent again pays for it.
-fn claimed_with_key(c: &Connection, p: &OccurrenceClaim, key: Uuid, now: i64) -> R<Vec<Claimed>> {
+pub(crate) fn claimed_with_key(
+    c: &Connection,
+    p: &OccurrenceClaim,
+    key: Uuid,
+    now: i64,
+) -> R<Vec<Claimed>> {
     let rows = c
         .prepare_cached(
             "SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts,

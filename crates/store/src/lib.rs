@@ -61,6 +61,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// live as it answers any claim there).
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError>;
 
+    /// Only the first step of [`Store::occurrence_claim`] for a claim sent again: what its key
+    /// still holds (this worker's, this queue's, `RUNNING` under an unexpired lease, at most
+    /// `max`), with payloads; nothing is claimed or written. Empty unless the claim's key says
+    /// `resent`. For a node that hands out no new work but owes a worker its answer.
+    async fn occurrence_claimed_with_key(
+        &self,
+        p: OccurrenceClaim,
+    ) -> Result<Vec<Claimed>, StoreError>;
+
     /// Extends the leases the worker still holds, in one statement; says for each whether
     /// it was renewed and whether a cancel was requested.
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError>;

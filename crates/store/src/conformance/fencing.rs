@@ -636,6 +636,29 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
             first.iter().map(|c| c.payload.clone()).collect::<Vec<_>>()
         );
         assert!(again[0].payload.is_some());
+        // The same look-up alone (for a node that hands out nothing new): the same answer,
+        // and nothing for a claim not marked as sent again.
+        let lookup = |key: ClaimKey| OccurrenceClaim {
+            tenant: f.tenant,
+            queue: "q".into(),
+            worker_id: "A".into(),
+            max: 2,
+            lease: None,
+            key: Some(key),
+            now: Some(secs(6)),
+        };
+        let held = s
+            .occurrence_claimed_with_key(lookup(keyed(1, true)))
+            .await
+            .unwrap();
+        assert_eq!(terms(&held), terms(&first));
+        assert_eq!(held[0].payload, first[0].payload);
+        assert!(held.iter().all(|c| c.replayed));
+        let none = s
+            .occurrence_claimed_with_key(lookup(keyed(1, false)))
+            .await
+            .unwrap();
+        assert!(none.is_empty());
         // Another worker sending the same key claims as usual: the next one, not A's.
         let b = claim_keyed(s, &f, "q", "B", 1, keyed(1, true), secs(6)).await;
         assert_eq!(terms(&b), vec![(ids[2], 1, secs(36), secs(6), 1)]);
