@@ -4,7 +4,9 @@
 //! the next start — while `campanile serve` plans and workers claim and complete (half of them
 //! with reports that claim their next work, the other half with requests of their own), then
 //! started again. Every completion the API acknowledged before the crash is there after it,
-//! with its result; every claim it acknowledged can still be completed by its worker; the node
+//! with its result; every claim it acknowledged can still be completed by its worker; every
+//! epoch the database handed out reached a worker (claims carry keys and are sent again after
+//! a lost answer); the node
 //! answers nothing but 503 meanwhile, becomes ready again by itself, and `campanile reconcile`
 //! finds nothing missing.
 //!
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use campanile_sdk::{Claimed, Client, SdkError};
+use campanile_sdk::{ClaimKey, Claimed, Client, SdkError};
 use common::{free_port, http, wait_for};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -163,7 +165,10 @@ struct Record {
 /// answer or a 503, so that a claim acknowledged before the crash is completed after it. With
 /// `reports_claim`, each report also claims the worker's next work, as the SDK's worker does
 /// (on PostgreSQL, the shared report-and-claim transaction); otherwise claims and completions
-/// are requests of their own.
+/// are requests of their own. Every claim carries a key, and a claim (or a report that claims)
+/// that got no answer is sent again with it, as the SDK's worker does; a worker told to stop
+/// still sends again a claim that got no answer, so that nothing it may have been given is
+/// left behind.
 async fn work(
     client: Client,
     name: String,
@@ -188,16 +193,28 @@ async fn work(
             held.push_back((c, before));
         }
     };
+    let mut key = ClaimKey::new();
+    let mut tries_after_stop = 0;
     loop {
         let Some((c, claimed_before)) = held.pop_front() else {
             if *stop.borrow() {
-                return;
+                tries_after_stop += 1;
+                if !key.resent || tries_after_stop > 200 {
+                    return;
+                }
             }
-            match client.claim("crash", &name, 5, 30).await {
-                Ok(got) if !got.is_empty() => take(&mut held, got),
-                Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            match client.claim_keyed("crash", &name, 5, 30, Some(key)).await {
+                Ok(got) => {
+                    key = ClaimKey::new();
+                    if got.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    } else {
+                        take(&mut held, got);
+                    }
+                }
                 Err(e) => {
                     note(&e);
+                    key = key.again();
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
@@ -212,12 +229,20 @@ async fn work(
         };
         let began = Instant::now();
         let mut sent_before = false;
+        let mut report_key = ClaimKey::new();
         loop {
             let during = crashed.load(Ordering::SeqCst);
             let answer = if want > 0 {
                 let item = json!({"occurrence_id": c.id, "epoch": c.epoch, "result": result});
                 client
-                    .completions_and_claim(&name, vec![item], "crash", want, 30)
+                    .completions_and_claim_keyed(
+                        &name,
+                        vec![item],
+                        "crash",
+                        want,
+                        30,
+                        Some(report_key),
+                    )
                     .await
             } else {
                 client
@@ -251,6 +276,7 @@ async fn work(
                         c.id
                     );
                     sent_before = true;
+                    report_key = report_key.again();
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -393,6 +419,32 @@ fn acknowledged_work_survives_a_postgres_crash() {
         sorted.dedup();
         assert_eq!(sorted.len(), epochs.len(), "{id} claimed as {epochs:?}");
     }
+    // Nor was a claim lost to a worker: every epoch the database handed out was answered to
+    // one. A claim that committed and whose answer the crash cut off was sent again with its
+    // key and answered with what it had claimed (docs/DESIGN.md, "Why does a claim carry a
+    // key?"); without keys such an occurrence would lie leased to nobody, under an epoch no
+    // worker heard of, until its lease ended.
+    rt.block_on(async {
+        for state in ["RUNNING", "SUCCEEDED", "READY", "RETRY_WAIT", "DEAD"] {
+            let v = client
+                .list_occurrences(&format!("state={state}&limit=1000"))
+                .await
+                .unwrap();
+            let page = v["occurrences"].as_array().unwrap();
+            assert!(state == "READY" || page.len() < 1000, "{state}: one page");
+            for o in page {
+                let epoch = o["epoch"].as_i64().unwrap();
+                let id: Uuid = o["id"].as_str().unwrap().parse().unwrap();
+                let mut told = record.claimed.get(&id).cloned().unwrap_or_default();
+                told.sort_unstable();
+                assert_eq!(
+                    told,
+                    (1..=epoch).collect::<Vec<_>>(),
+                    "epochs handed out to workers, against the stored {o}"
+                );
+            }
+        }
+    });
     let after = record.completed.values().filter(|(_, _, d)| *d).count();
     eprintln!(
         "{} claims and {} completions acknowledged ({after} after the crash began), {} sent \
