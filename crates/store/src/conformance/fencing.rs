@@ -570,8 +570,7 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
     });
 }
 
-/// A claim with a key ([`ClaimKey`]).
-#[allow(clippy::too_many_arguments)]
+/// A claim with a key ([`ClaimKey`]) and a lease of 30 s.
 async fn claim_keyed(
     store: &dyn Store,
     f: &Fixture,
@@ -581,16 +580,9 @@ async fn claim_keyed(
     key: ClaimKey,
     now: Timestamp,
 ) -> Vec<Claimed> {
+    let lease = Some(SignedDuration::from_secs(30));
     store
-        .occurrence_claim(OccurrenceClaim {
-            tenant: f.tenant,
-            queue: queue.into(),
-            worker_id: worker.into(),
-            max,
-            lease: Some(SignedDuration::from_secs(30)),
-            key: Some(key),
-            now: Some(now),
-        })
+        .occurrence_claim(claim_params(f, queue, worker, max, lease, Some(key), now))
         .await
         .expect("claim")
 }
@@ -638,15 +630,7 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         assert!(again[0].payload.is_some());
         // The same look-up alone (for a node that hands out nothing new): the same answer,
         // and nothing for a claim not marked as sent again.
-        let lookup = |key: ClaimKey| OccurrenceClaim {
-            tenant: f.tenant,
-            queue: "q".into(),
-            worker_id: "A".into(),
-            max: 2,
-            lease: None,
-            key: Some(key),
-            now: Some(secs(6)),
-        };
+        let lookup = |key: ClaimKey| claim_params(&f, "q", "A", 2, None, Some(key), secs(6));
         let held = s
             .occurrence_claimed_with_key(lookup(keyed(1, true)))
             .await
@@ -719,15 +703,9 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
             }],
             now: Some(at),
         };
-        let next = |key: ClaimKey, at: Timestamp| OccurrenceClaim {
-            tenant: f.tenant,
-            queue: "r".into(),
-            worker_id: "A".into(),
-            max: 1,
-            lease: Some(SignedDuration::from_secs(30)),
-            key: Some(key),
-            now: Some(at),
-        };
+        let lease = Some(SignedDuration::from_secs(30));
+        let next =
+            |key: ClaimKey, at: Timestamp| claim_params(&f, "r", "A", 1, lease, Some(key), at);
         let (acks, got) = s
             .occurrence_finish_and_claim(report(secs(44)), next(keyed(3, false), secs(44)))
             .await

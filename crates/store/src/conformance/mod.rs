@@ -247,17 +247,30 @@ pub(crate) async fn claim_leased(
     now: Timestamp,
 ) -> Vec<Claimed> {
     store
-        .occurrence_claim(OccurrenceClaim {
-            tenant: f.tenant,
-            queue: queue.into(),
-            worker_id: worker.into(),
-            max,
-            lease,
-            key: None,
-            now: Some(now),
-        })
+        .occurrence_claim(claim_params(f, queue, worker, max, lease, None, now))
         .await
         .expect("claim")
+}
+
+/// The params of a claim at `now`.
+pub(crate) fn claim_params(
+    f: &Fixture,
+    queue: &str,
+    worker: &str,
+    max: u32,
+    lease: Option<SignedDuration>,
+    key: Option<ClaimKey>,
+    now: Timestamp,
+) -> OccurrenceClaim {
+    OccurrenceClaim {
+        tenant: f.tenant,
+        queue: queue.into(),
+        worker_id: worker.into(),
+        max,
+        lease,
+        key,
+        now: Some(now),
+    }
 }
 
 pub(crate) async fn finish(
