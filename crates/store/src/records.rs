@@ -119,22 +119,25 @@ impl Claimed {
     /// path that claims (the HTTP API, the relay).
     /// An answer given again (`replayed`) was counted when it was claimed: it counts only in
     /// `campanile_occurrences_replayed_total`, so a lost answer is seen, not counted twice.
-    pub fn count<'a>(class: &str, claims: impl ExactSizeIterator<Item = &'a Claimed>) {
-        let claims: Vec<&Claimed> = claims.collect();
-        let replayed = claims.iter().filter(|c| c.replayed).count();
-        if replayed > 0 {
-            metrics::counter!("campanile_occurrences_replayed_total").increment(replayed as u64);
-        }
-        let claims: Vec<&Claimed> = claims.into_iter().filter(|c| !c.replayed).collect();
-        metrics::counter!("campanile_occurrences_claimed_total").increment(claims.len() as u64);
-        if claims.is_empty() {
-            return;
-        }
-        let lag =
-            metrics::histogram!("campanile_claim_lag_seconds", "tenant_class" => class.to_owned());
+    pub fn count<'a>(class: &str, claims: impl Iterator<Item = &'a Claimed>) {
+        // One pass, no allocation: this runs for every claim answered.
+        let (mut claimed, mut replayed) = (0u64, 0u64);
+        let mut lag = None;
         for c in claims {
+            if c.replayed {
+                replayed += 1;
+                continue;
+            }
+            claimed += 1;
             let ms = (c.claimed_at.as_millisecond() - c.available_at.as_millisecond()).max(0);
-            lag.record(ms as f64 / 1000.0);
+            lag.get_or_insert_with(|| {
+                metrics::histogram!("campanile_claim_lag_seconds", "tenant_class" => class.to_owned())
+            })
+            .record(ms as f64 / 1000.0);
+        }
+        metrics::counter!("campanile_occurrences_claimed_total").increment(claimed);
+        if replayed > 0 {
+            metrics::counter!("campanile_occurrences_replayed_total").increment(replayed);
         }
     }
 }
