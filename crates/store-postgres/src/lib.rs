@@ -416,8 +416,8 @@ impl Store for PgStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        if let Some(key) = p.key.filter(|k| k.resent) {
-            let held = ops::claimed_with_key(&self.client().await?, &p, key.id).await?;
+        if p.key.is_some_and(|k| k.resent) {
+            let held = self.occurrence_claimed_with_key(p.clone()).await?;
             if !held.is_empty() {
                 return Ok(held);
             }

@@ -226,6 +226,14 @@ impl Store for SqliteStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
+        // A claim sent again: what its key holds, read on a reader (the first sending's
+        // commit is visible there), so the writer never does it.
+        if p.key.is_some_and(|k| k.resent) {
+            let held = self.occurrence_claimed_with_key(p.clone()).await?;
+            if !held.is_empty() {
+                return Ok(held);
+            }
+        }
         let now = self.now_when_run(p.now);
         let claims = self
             .write(move |c| ops::occurrence_claim(c, &p, now()))

@@ -238,12 +238,6 @@ fn outbox_insert(
 type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32, i64);
 
 pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
-    if let Some(key) = p.key.filter(|k| k.resent) {
-        let held = claimed_with_key(c, p, key.id, now)?;
-        if !held.is_empty() {
-            return Ok(held);
-        }
-    }
     if !hands_out_work(c, now)? {
         return Err(StoreError::NoLiveNode);
     }
