@@ -2,9 +2,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -32,10 +31,16 @@ pub struct WorkerConfig {
     pub heartbeat: Duration,
     /// Pause between empty claims.
     pub idle_poll: Duration,
+    /// How long the worker does without a field a server older than this SDK refused (a
+    /// claim's key, a claim riding on a report) before sending it again: during a rolling
+    /// upgrade the next request may reach an upgraded node. Each try at an old server costs
+    /// one refused request (422, nothing written).
+    pub recheck_refused: Duration,
 }
 
 impl WorkerConfig {
-    /// Defaults: 8 concurrent handlers, batches of 16, 30 s leases renewed every 10 s.
+    /// Defaults: 8 concurrent handlers, batches of 16, 30 s leases renewed every 10 s; a field
+    /// an older server refused is tried again after a minute.
     pub fn new(queue: impl Into<String>, worker_id: impl Into<String>) -> WorkerConfig {
         WorkerConfig {
             queue: queue.into(),
@@ -45,6 +50,7 @@ impl WorkerConfig {
             lease_seconds: 30,
             heartbeat: Duration::from_secs(10),
             idle_poll: Duration::from_millis(250),
+            recheck_refused: Duration::from_secs(60),
         }
     }
 }
@@ -116,35 +122,75 @@ fn lock(h: &HeldMap) -> std::sync::MutexGuard<'_, HashMap<Uuid, Held>> {
 pub struct Worker {
     client: Client,
     cfg: WorkerConfig,
-    /// What a server older than this SDK refused, learned once.
+    /// What a server older than this SDK refused.
     compat: Arc<Compat>,
 }
 
 /// What the server turned out not to take (it is older than this SDK), each learned from the
-/// 422 that refused it, after which the worker does without.
-#[derive(Debug, Default)]
+/// 422 that refused it (nothing written), after which the worker does without it for
+/// [`WorkerConfig::recheck_refused`] and then tries it again: behind a load balancer during a
+/// rolling upgrade, one old node must not turn a feature off for the worker's whole life.
+#[derive(Debug)]
 struct Compat {
     /// A claim riding on a report: reports are then sent on their own and claims made apart.
-    plain_reports: AtomicBool,
+    plain_reports: Refused,
     /// A claim's key ([`ClaimKey`]): claims are then sent without one, and a claim whose
     /// answer was lost costs what it claimed until those leases end.
-    unkeyed: AtomicBool,
+    unkeyed: Refused,
+    recheck: Duration,
+}
+
+/// When a field was last refused, if it is still being done without.
+#[derive(Debug, Default)]
+struct Refused(Mutex<Option<Instant>>);
+
+impl Refused {
+    /// Whether to do without the field now: refused less than `recheck` ago. Once that has
+    /// passed the refusal is forgotten, and the next request tries the field again.
+    fn active(&self, recheck: Duration) -> bool {
+        let mut since = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match *since {
+            Some(t) if t.elapsed() < recheck => true,
+            Some(_) => {
+                *since = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn refuse(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
 }
 
 impl Compat {
-    /// A new key for the next claim, unless the server takes none.
+    fn new(recheck: Duration) -> Compat {
+        Compat {
+            plain_reports: Refused::default(),
+            unkeyed: Refused::default(),
+            recheck,
+        }
+    }
+
+    /// A new key for the next claim, unless the server refused keys lately.
     fn key(&self) -> Option<ClaimKey> {
-        (!self.unkeyed.load(Ordering::Relaxed)).then(ClaimKey::new)
+        (!self.unkeyed.active(self.recheck)).then(ClaimKey::new)
+    }
+
+    /// Whether reports go without a claim (the server refused one lately).
+    fn plain_reports(&self) -> bool {
+        self.plain_reports.active(self.recheck)
     }
 
     /// Whether `e` is a server older than this SDK refusing a claim's key (nothing was
-    /// written); if so, claims go without one from now on.
+    /// written); if so, claims go without one for a while.
     fn refused_key(&self, e: &SdkError) -> bool {
         let refused = matches!(e, SdkError::Api { status: 422, body }
             if body.message.contains("unknown field `claim_key`"));
         if refused {
-            tracing::info!("the server takes no claim keys; claiming without");
-            self.unkeyed.store(true, Ordering::Relaxed);
+            tracing::info!(recheck = ?self.recheck, "the server takes no claim keys; claiming without for a while");
+            self.unkeyed.refuse();
         }
         refused
     }
@@ -163,8 +209,8 @@ impl Worker {
     pub fn new(client: Client, cfg: WorkerConfig) -> Worker {
         Worker {
             client,
+            compat: Arc::new(Compat::new(cfg.recheck_refused)),
             cfg,
-            compat: Arc::default(),
         }
     }
 
@@ -405,9 +451,7 @@ where
     let mut claim_sent = false;
     let sent = loop {
         let resending_claim = sent_again && claim_sent && key.is_some();
-        let sent = if (*shutdown.borrow() && !resending_claim)
-            || compat.plain_reports.load(Ordering::Relaxed)
-        {
+        let sent = if (*shutdown.borrow() && !resending_claim) || compat.plain_reports() {
             client
                 .completions(&cfg.worker_id, vec![item.clone()])
                 .await
@@ -430,8 +474,8 @@ where
                 Err(SdkError::Api { status: 422, body })
                     if body.message.contains("unknown field `claim`") =>
                 {
-                    tracing::info!("the server takes no claim with a report; reporting apart");
-                    compat.plain_reports.store(true, Ordering::Relaxed);
+                    tracing::info!(recheck = ?compat.recheck, "the server takes no claim with a report; reporting apart for a while");
+                    compat.plain_reports.refuse();
                     continue;
                 }
                 Err(e) if compat.refused_key(&e) => {

@@ -37,6 +37,10 @@ struct Api {
     lose_claim_answers: Arc<AtomicU32>,
     /// Refuse claim keys as a server older than the SDK does (422, unknown field).
     no_claim_keys: Arc<AtomicBool>,
+    /// Requests passed on to the API that carried a claim's key.
+    keyed: Arc<AtomicU32>,
+    /// Reports passed on to the API that carried a claim.
+    claiming_reports: Arc<AtomicU32>,
     _dir: tempfile::TempDir,
 }
 
@@ -58,6 +62,9 @@ async fn api() -> Api {
     let lose_answers = Arc::new(AtomicU32::new(0));
     let lose_claim_answers = Arc::new(AtomicU32::new(0));
     let no_claim_keys = Arc::new(AtomicBool::new(false));
+    let keyed = Arc::new(AtomicU32::new(0));
+    let claiming_reports = Arc::new(AtomicU32::new(0));
+    let (passed_keyed, passed_claiming) = (keyed.clone(), claiming_reports.clone());
     let (seen, refuse, old, lose, lose_claims, keyless) = (
         counts.clone(),
         refuse_reports.clone(),
@@ -80,20 +87,29 @@ async fn api() -> Api {
             let lost = (kind == "completions" && take_one(&lose))
                 || (kind == "claim" && take_one(&lose_claims));
             let keyless = keyless.load(Ordering::SeqCst);
+            let (passed_keyed, passed_claiming) = (passed_keyed.clone(), passed_claiming.clone());
             async move {
-                let req = if keyless {
-                    let (parts, body) = req.into_parts();
-                    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-                    if String::from_utf8_lossy(&bytes).contains("\"claim_key\"") {
-                        let body = json!({"code": "validation_failed",
-                            "message": "unknown field `claim_key`, expected one of `queue`, `max`, `lease_seconds`"});
-                        return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body))
-                            .into_response();
-                    }
-                    Request::from_parts(parts, axum::body::Body::from(bytes))
-                } else {
-                    req
-                };
+                let (parts, body) = req.into_parts();
+                let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+                let text = String::from_utf8_lossy(&bytes);
+                let (has_key, has_claim) = (text.contains("\"claim_key\""), text.contains("\"claim\""));
+                if keyless && has_key {
+                    let body = json!({"code": "validation_failed",
+                        "message": "unknown field `claim_key`, expected one of `queue`, `max`, `lease_seconds`"});
+                    return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response();
+                }
+                if old && has_claim {
+                    let body = json!({"code": "validation_failed",
+                        "message": "unknown field `claim`, expected `worker_id` or `items`"});
+                    return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response();
+                }
+                if has_key {
+                    passed_keyed.fetch_add(1, Ordering::SeqCst);
+                }
+                if kind == "completions" && has_claim {
+                    passed_claiming.fetch_add(1, Ordering::SeqCst);
+                }
+                let req = Request::from_parts(parts, axum::body::Body::from(bytes));
                 if lost {
                     // Written, then the answer's body breaks off: the client sees no answer.
                     let written = next.run(req).await;
@@ -106,18 +122,6 @@ async fn api() -> Api {
                 if refused {
                     let body = json!({"code": "unavailable", "message": "database unavailable"});
                     return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
-                }
-                if old {
-                    let (parts, body) = req.into_parts();
-                    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-                    if String::from_utf8_lossy(&bytes).contains("\"claim\"") {
-                        let body = json!({"code": "validation_failed",
-                            "message": "unknown field `claim`, expected `worker_id` or `items`"});
-                        return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body))
-                            .into_response();
-                    }
-                    let req = Request::from_parts(parts, axum::body::Body::from(bytes));
-                    return next.run(req).await;
                 }
                 next.run(req).await
             }
@@ -135,6 +139,8 @@ async fn api() -> Api {
         lose_answers,
         lose_claim_answers,
         no_claim_keys,
+        keyed,
+        claiming_reports,
         _dir: dir,
     }
 }
@@ -174,6 +180,18 @@ impl Api {
             .await
             .unwrap();
         v["occurrences"].as_array().unwrap().len()
+    }
+
+    /// Waits (30 s at most) until `n` occurrences have succeeded.
+    async fn succeeded(&self, n: usize) {
+        let drained = async {
+            while self.in_state("SUCCEEDED").await < n {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), drained)
+            .await
+            .expect("every outcome lands");
     }
 
     fn count(&self, kind: &str) -> u32 {
@@ -272,6 +290,19 @@ async fn a_worker_shutting_down_leaves_nothing_running() {
 /// Runs `worker` with a handler that succeeds until `n` occurrences have succeeded (30 s at
 /// most), then shuts it down; its report.
 async fn succeed_all(api: &Api, worker: Worker, n: usize) -> campanile_sdk::WorkerReport {
+    let (stop, run) = run_succeeding(worker);
+    api.succeeded(n).await;
+    stop.send(true).unwrap();
+    run.await.unwrap().unwrap()
+}
+
+/// Runs `worker` with a handler that succeeds at once, until the sender is told to stop.
+fn run_succeeding(
+    worker: Worker,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<campanile_sdk::WorkerReport, campanile_sdk::SdkError>>,
+) {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move {
         worker
@@ -281,16 +312,7 @@ async fn succeed_all(api: &Api, worker: Worker, n: usize) -> campanile_sdk::Work
             )
             .await
     });
-    let drained = async {
-        while api.in_state("SUCCEEDED").await < n {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), drained)
-        .await
-        .expect("every outcome lands");
-    stop.send(true).unwrap();
-    run.await.unwrap().unwrap()
+    (stop, run)
 }
 
 /// A report the server could not take (503: its database away, the node starting) is sent
@@ -412,6 +434,40 @@ async fn a_server_that_takes_no_claim_with_reports_still_gets_every_outcome() {
     let worker = Worker::new(api.client.clone(), config(2));
     let report = succeed_all(&api, worker, 6).await;
     assert_eq!((report.completed, report.refused), (6, 0), "{report:?}");
+}
+
+/// A field an older server refused is tried again once `recheck_refused` has passed: behind a
+/// load balancer during a rolling upgrade the next request may reach an upgraded node, and one
+/// old node must not cost the worker its claim keys, or its reports' claims, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_an_old_server_refused_are_tried_again_after_it_is_upgraded() {
+    let api = api().await;
+    api.no_claim_keys.store(true, Ordering::SeqCst);
+    api.old_server.store(true, Ordering::SeqCst);
+    let mut cfg = config(2);
+    cfg.recheck_refused = Duration::from_millis(300);
+    let (stop, run) = run_succeeding(Worker::new(api.client.clone(), cfg));
+    api.due(4).await;
+    api.succeeded(4).await;
+    let passed = || {
+        (
+            api.keyed.load(Ordering::SeqCst),
+            api.claiming_reports.load(Ordering::SeqCst),
+        )
+    };
+    assert_eq!(passed(), (0, 0), "the old server took neither field");
+    // The node behind the address is upgraded; the worker keeps running.
+    api.no_claim_keys.store(false, Ordering::SeqCst);
+    api.old_server.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    api.due(4).await;
+    api.succeeded(8).await;
+    let (keyed, claiming) = passed();
+    assert!(keyed > 0, "claims carry keys again");
+    assert!(claiming > 0, "reports carry claims again");
+    stop.send(true).unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.completed, report.refused), (8, 0), "{report:?}");
 }
 
 /// A payload reaches the handler as it was written, digit for digit, also when the schedule
