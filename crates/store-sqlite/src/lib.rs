@@ -44,6 +44,38 @@ struct Inner {
     writer: writer::Writer,
     readers: pool::ReadPool,
     clock: Arc<dyn Clock>,
+    /// The keys of the writer's latest claims that claimed something (used by the writer's
+    /// jobs only).
+    claim_keys: Arc<std::sync::Mutex<RecentKeys>>,
+}
+
+/// The keys of the latest keyed claims that claimed something, at most [`RecentKeys::CAP`]:
+/// what a claim sent again asks the writer before it reads what its key holds there.
+#[derive(Debug, Default)]
+struct RecentKeys {
+    keys: std::collections::HashSet<uuid::Uuid>,
+    order: std::collections::VecDeque<uuid::Uuid>,
+}
+
+impl RecentKeys {
+    /// Far more claims than can be queued in the writer between a claim sent again's look-up
+    /// on a reader and its own job (one per request waiting): 16 bytes and a hash entry each.
+    const CAP: usize = 65_536;
+
+    fn insert(&mut self, key: uuid::Uuid) {
+        if self.keys.insert(key) {
+            self.order.push_back(key);
+            if self.order.len() > Self::CAP
+                && let Some(old) = self.order.pop_front()
+            {
+                self.keys.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, key: &uuid::Uuid) -> bool {
+        self.keys.contains(key)
+    }
 }
 
 /// Options for [`SqliteStore::open_with`].
@@ -154,6 +186,7 @@ impl SqliteStore {
                 writer,
                 readers,
                 clock: opts.clock,
+                claim_keys: Arc::default(),
             }),
         })
     }
@@ -226,17 +259,38 @@ impl Store for SqliteStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        // A claim sent again: what its key holds, read on a reader (the first sending's
-        // commit is visible there), so the writer never does it.
-        if p.key.is_some_and(|k| k.resent) {
+        // A claim sent again: what its key holds comes first, read on a reader (a first
+        // sending that has committed is visible there) so that the writer does not pay for it.
+        let resent = p.key.filter(|k| k.resent);
+        if resent.is_some() {
             let held = self.occurrence_claimed_with_key(p.clone()).await?;
             if !held.is_empty() {
                 return Ok(held);
             }
         }
         let now = self.now_when_run(p.now);
+        let recent = Arc::clone(&self.inner.claim_keys);
         let claims = self
-            .write(move |c| ops::occurrence_claim(c, &p, now()))
+            .write(move |c| {
+                let now = now();
+                let mut recent = recent.lock().unwrap_or_else(|e| e.into_inner());
+                // The reader found nothing, but the first sending may have been waiting for
+                // the writer then (the worker gave up on its answer while it was queued behind
+                // a long planning commit, say) and have claimed since, ahead of this job: if
+                // its key claimed lately, look again here, where that claim is visible.
+                // Otherwise what it claimed would lie leased to nobody until its lease ended.
+                if let Some(key) = resent.filter(|k| recent.contains(&k.id)) {
+                    let held = ops::claimed_with_key(c, &p, key.id, now)?;
+                    if !held.is_empty() {
+                        return Ok(held);
+                    }
+                }
+                let claims = ops::occurrence_claim(c, &p, now)?;
+                if let Some(key) = p.key.filter(|_| !claims.is_empty()) {
+                    recent.insert(key.id);
+                }
+                Ok(claims)
+            })
             .await?;
         if claims.is_empty() {
             return Ok(claims);
@@ -518,5 +572,170 @@ impl Store for SqliteStore {
     async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
         self.read(move |c| schedules::schedule_versions(c, p.tenant, p.id))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::task::{Context, Poll, Waker};
+
+    use campanile_core::{Misfire, OccurrenceState, Overlap, ScheduleId};
+    use jiff::SignedDuration;
+
+    use super::*;
+
+    /// The writer remembers the latest keys only: past the cap the oldest is forgotten (a key
+    /// entered twice counts once).
+    #[test]
+    fn recent_claim_keys_are_bounded() {
+        let mut recent = RecentKeys::default();
+        let keys: Vec<uuid::Uuid> = (0..=RecentKeys::CAP as u128)
+            .map(uuid::Uuid::from_u128)
+            .collect();
+        recent.insert(keys[0]);
+        for k in &keys {
+            recent.insert(*k);
+        }
+        assert!(!recent.contains(&keys[0]), "the oldest is forgotten");
+        assert!(recent.contains(&keys[1]) && recent.contains(&keys[RecentKeys::CAP]));
+        assert_eq!(
+            (recent.keys.len(), recent.order.len()),
+            (RecentKeys::CAP, RecentKeys::CAP)
+        );
+    }
+
+    /// A claim sent again while its first sending still waits for the writer (the worker gave
+    /// up on the answer first, as a client whose timeout ran out behind a long planning commit
+    /// does) answers what that first sending claimed, once it has claimed it, and claims
+    /// nothing more: nothing lies leased to a worker that never heard of it.
+    #[test]
+    fn a_claim_sent_again_behind_its_first_sending_answers_what_that_claimed() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
+            let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+            let lease = SignedDuration::from_secs(30);
+            let tenant = store
+                .tenant_create(TenantCreate {
+                    name: "t".into(),
+                    now: Some(t0),
+                })
+                .await
+                .unwrap()
+                .id;
+            let schedule = ScheduleId(uuid::Uuid::now_v7());
+            let spec = ScheduleSpec {
+                timing: Timing::At(t0),
+                queue: "q".into(),
+                payload: Some("{}".into()),
+                priority: 0,
+                lease,
+                max_attempts: 3,
+                backoff_initial: SignedDuration::from_secs(1),
+                backoff_max: SignedDuration::from_secs(60),
+                misfire: Misfire::default(),
+                overlap: Overlap::Allow,
+                flex_window: SignedDuration::ZERO,
+            };
+            store
+                .schedule_create(ScheduleCreate {
+                    tenant,
+                    id: schedule,
+                    spec,
+                    shard: 0,
+                    next_run_at: None,
+                    fires_per_hour: 0,
+                    idempotency: None,
+                    now: Some(t0),
+                })
+                .await
+                .unwrap();
+            let occurrence = |i: i64| NewOccurrence {
+                schedule_id: schedule,
+                version: 1,
+                scheduled_for: t0 + SignedDuration::from_secs(i),
+                available_at: t0 + SignedDuration::from_secs(i),
+                queue: "q".into(),
+                priority: 0,
+                max_attempts: 3,
+                backoff_initial: SignedDuration::from_secs(1),
+                backoff_max: SignedDuration::from_secs(60),
+                state: OccurrenceState::Ready,
+                overlap: Overlap::Allow,
+                lease,
+            };
+            store
+                .occurrence_insert_many(OccurrenceInsertMany {
+                    tenant,
+                    items: (0..4).map(occurrence).collect(),
+                    now: Some(t0),
+                })
+                .await
+                .unwrap();
+
+            // The writer is held up by a job that waits to be let go.
+            let (let_go, wait) = std::sync::mpsc::channel::<()>();
+            let (running, is_running) = tokio::sync::oneshot::channel::<()>();
+            let holder = store.clone();
+            let held = tokio::spawn(async move {
+                holder
+                    .write(move |_| {
+                        let _ = running.send(());
+                        let _ = wait.recv();
+                        Ok(())
+                    })
+                    .await
+            });
+            is_running.await.unwrap();
+            let key = uuid::Uuid::new_v4();
+            let claim = |resent| OccurrenceClaim {
+                tenant,
+                queue: "q".into(),
+                worker_id: "w".into(),
+                max: 2,
+                lease: None,
+                key: Some(ClaimKey { id: key, resent }),
+                now: Some(t0 + SignedDuration::from_secs(10)),
+            };
+            // Polled once each: the first sending's job is queued behind the held writer,
+            // then the worker, having had no answer, sends the claim again.
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut first = store.occurrence_claim(claim(false));
+            assert!(matches!(first.as_mut().poll(&mut cx), Poll::Pending));
+            let mut again = store.occurrence_claim(claim(true));
+            assert!(matches!(again.as_mut().poll(&mut cx), Poll::Pending));
+            let_go.send(()).unwrap();
+            held.await.unwrap().unwrap();
+            let (first, again) = tokio::join!(first, again);
+            let (first, again) = (first.unwrap(), again.unwrap());
+            let terms = |c: &[Claimed]| -> Vec<_> {
+                c.iter().map(|c| (c.id, c.epoch, c.lease_until)).collect()
+            };
+            assert_eq!(first.len(), 2);
+            assert_eq!(
+                terms(&again),
+                terms(&first),
+                "the same occurrences, as claimed"
+            );
+            assert!(again.iter().all(|c| c.replayed) && first.iter().all(|c| !c.replayed));
+            assert!(again.iter().all(|c| c.payload.as_deref() == Some("{}")));
+            let running = store
+                .occurrence_list(OccurrenceList {
+                    tenant,
+                    state: Some(OccurrenceState::Running),
+                    limit: 10,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(running.len(), 2, "nothing more was claimed: {running:?}");
+        });
     }
 }
