@@ -60,7 +60,7 @@ struct RecentKeys {
 impl RecentKeys {
     /// Far more claims than can be queued in the writer between a claim sent again's look-up
     /// on a reader and its own job (one per request waiting): 16 bytes and a hash entry each.
-    const CAP: usize = 65_536;
+    const CAP: usize = 16_384;
 
     fn insert(&mut self, key: uuid::Uuid) {
         if self.keys.insert(key) {
