@@ -581,8 +581,8 @@ mod tests {
 
     use std::task::{Context, Poll, Waker};
 
-    use campanile_core::{Misfire, OccurrenceState, Overlap, ScheduleId};
-    use jiff::SignedDuration;
+    use campanile_core::OccurrenceState;
+    use campanile_store::conformance::{claim_params, fixture, insert, new_occ, secs, spec};
 
     use super::*;
 
@@ -620,65 +620,13 @@ mod tests {
         rt.block_on(async {
             let dir = tempfile::tempdir().unwrap();
             let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
-            let t0 = Timestamp::from_second(1_800_000_000).unwrap();
-            let lease = SignedDuration::from_secs(30);
-            let tenant = store
-                .tenant_create(TenantCreate {
-                    name: "t".into(),
-                    now: Some(t0),
-                })
-                .await
-                .unwrap()
-                .id;
-            let schedule = ScheduleId(uuid::Uuid::now_v7());
-            let spec = ScheduleSpec {
-                timing: Timing::At(t0),
-                queue: "q".into(),
-                payload: Some("{}".into()),
-                priority: 0,
-                lease,
-                max_attempts: 3,
-                backoff_initial: SignedDuration::from_secs(1),
-                backoff_max: SignedDuration::from_secs(60),
-                misfire: Misfire::default(),
-                overlap: Overlap::Allow,
-                flex_window: SignedDuration::ZERO,
-            };
-            store
-                .schedule_create(ScheduleCreate {
-                    tenant,
-                    id: schedule,
-                    spec,
-                    shard: 0,
-                    next_run_at: None,
-                    fires_per_hour: 0,
-                    idempotency: None,
-                    now: Some(t0),
-                })
-                .await
-                .unwrap();
-            let occurrence = |i: i64| NewOccurrence {
-                schedule_id: schedule,
-                version: 1,
-                scheduled_for: t0 + SignedDuration::from_secs(i),
-                available_at: t0 + SignedDuration::from_secs(i),
-                queue: "q".into(),
-                priority: 0,
-                max_attempts: 3,
-                backoff_initial: SignedDuration::from_secs(1),
-                backoff_max: SignedDuration::from_secs(60),
-                state: OccurrenceState::Ready,
-                overlap: Overlap::Allow,
-                lease,
-            };
-            store
-                .occurrence_insert_many(OccurrenceInsertMany {
-                    tenant,
-                    items: (0..4).map(occurrence).collect(),
-                    now: Some(t0),
-                })
-                .await
-                .unwrap();
+            let f = fixture(&store, "t", "q").await;
+            let ids = insert(
+                &store,
+                &f,
+                (0..4).map(|i| new_occ(&f, "q", secs(i), 3)).collect(),
+            )
+            .await;
 
             // The writer is held up by a job that waits to be let go.
             let (let_go, wait) = std::sync::mpsc::channel::<()>();
@@ -695,14 +643,9 @@ mod tests {
             });
             is_running.await.unwrap();
             let key = uuid::Uuid::new_v4();
-            let claim = |resent| OccurrenceClaim {
-                tenant,
-                queue: "q".into(),
-                worker_id: "w".into(),
-                max: 2,
-                lease: None,
-                key: Some(ClaimKey { id: key, resent }),
-                now: Some(t0 + SignedDuration::from_secs(10)),
+            let claim = |resent| {
+                let key = Some(ClaimKey { id: key, resent });
+                claim_params(&f, "q", "w", 2, None, key, secs(10))
             };
             // Polled once each: the first sending's job is queued behind the held writer,
             // then the worker, having had no answer, sends the claim again.
@@ -718,17 +661,17 @@ mod tests {
             let terms = |c: &[Claimed]| -> Vec<_> {
                 c.iter().map(|c| (c.id, c.epoch, c.lease_until)).collect()
             };
-            assert_eq!(first.len(), 2);
+            assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), ids[..2]);
             assert_eq!(
                 terms(&again),
                 terms(&first),
                 "the same occurrences, as claimed"
             );
             assert!(again.iter().all(|c| c.replayed) && first.iter().all(|c| !c.replayed));
-            assert!(again.iter().all(|c| c.payload.as_deref() == Some("{}")));
+            assert!(again.iter().all(|c| c.payload == spec("q").payload));
             let running = store
                 .occurrence_list(OccurrenceList {
-                    tenant,
+                    tenant: f.tenant,
                     state: Some(OccurrenceState::Running),
                     limit: 10,
                     ..Default::default()

@@ -85,11 +85,11 @@ pub(crate) fn at(ms: i64) -> Timestamp {
     Timestamp::from_millisecond(T0 + ms).unwrap()
 }
 
-pub(crate) fn secs(s: i64) -> Timestamp {
+pub fn secs(s: i64) -> Timestamp {
     at(s * 1000)
 }
 
-pub(crate) fn spec(queue: &str) -> ScheduleSpec {
+pub fn spec(queue: &str) -> ScheduleSpec {
     ScheduleSpec {
         timing: Timing::At(secs(10)),
         queue: queue.into(),
@@ -106,12 +106,12 @@ pub(crate) fn spec(queue: &str) -> ScheduleSpec {
 }
 
 /// A tenant and a schedule to hang occurrences on.
-pub(crate) struct Fixture {
+pub struct Fixture {
     pub tenant: TenantId,
     pub schedule: ScheduleId,
 }
 
-pub(crate) async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixture {
+pub async fn fixture(store: &dyn Store, name: &str, queue: &str) -> Fixture {
     let tenant = store
         .tenant_create(TenantCreate {
             name: name.into(),
@@ -160,12 +160,7 @@ pub(crate) async fn schedule_occurrences(
         .expect("list")
 }
 
-pub(crate) fn new_occ(
-    f: &Fixture,
-    queue: &str,
-    due: Timestamp,
-    max_attempts: u32,
-) -> NewOccurrence {
+pub fn new_occ(f: &Fixture, queue: &str, due: Timestamp, max_attempts: u32) -> NewOccurrence {
     NewOccurrence {
         schedule_id: f.schedule,
         version: 1,
@@ -182,7 +177,7 @@ pub(crate) fn new_occ(
     }
 }
 
-pub(crate) async fn insert(
+pub async fn insert(
     store: &dyn Store,
     f: &Fixture,
     items: Vec<NewOccurrence>,
@@ -253,7 +248,7 @@ pub(crate) async fn claim_leased(
 }
 
 /// The params of a claim at `now`.
-pub(crate) fn claim_params(
+pub fn claim_params(
     f: &Fixture,
     queue: &str,
     worker: &str,
