@@ -36,6 +36,30 @@ fn every(expr: &str) -> ScheduleSpec {
     }
 }
 
+/// A SQLite store at `db` with the tenant `acme`.
+async fn acme(db: &std::path::Path) -> (Arc<dyn Store>, campanile_store::TenantId) {
+    let store: Arc<dyn Store> =
+        Arc::new(campanile_store_sqlite::SqliteStore::open(db.to_str().unwrap()).unwrap());
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: "acme".into(),
+            now: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    (store, tenant)
+}
+
+/// A planner of 4 shards with a 15-minute horizon and day-long leases.
+fn planner(store: &Arc<dyn Store>) -> Planner {
+    let mut cfg = PlannerConfig::new("n");
+    cfg.shards = 4;
+    cfg.horizon = SignedDuration::from_mins(15);
+    cfg.shard_lease = SignedDuration::from_hours(24);
+    Planner::new(store.clone(), cfg)
+}
+
 fn reconcile(db: &std::path::Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_campanile"))
         .args(["reconcile", "--tenant", "acme", "--json", "--database"])
@@ -58,25 +82,12 @@ fn reconcile_lists_missing_instants_and_exits_3() {
     let db = dir.path().join("r.db");
     let t0: Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
     let (lossy, clean) = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let store: Arc<dyn Store> =
-            Arc::new(campanile_store_sqlite::SqliteStore::open(db.to_str().unwrap()).unwrap());
-        let tenant = store
-            .tenant_create(TenantCreate {
-                name: "acme".into(),
-                now: None,
-            })
-            .await
-            .unwrap()
-            .id;
+        let (store, tenant) = acme(&db).await;
         let s = Schedules::new(store.clone(), 4);
         let create = async |spec| s.create(tenant, spec, Some(t0)).await.unwrap().record.id;
         let lossy = create(every("* * * * *")).await;
         let clean = create(every("*/5 * * * *")).await;
-        let mut cfg = PlannerConfig::new("n");
-        cfg.shards = 4;
-        cfg.horizon = SignedDuration::from_mins(15);
-        cfg.shard_lease = SignedDuration::from_hours(24);
-        let p = Planner::new(store.clone(), cfg);
+        let p = planner(&store);
         for k in 0..=9 {
             let now = t0.checked_add(SignedDuration::from_mins(5 * k)).unwrap();
             p.tick(Some(now)).await.unwrap();
@@ -149,4 +160,72 @@ fn reconcile_lists_missing_instants_and_exits_3() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(!typo.exists());
+}
+
+/// An occurrence of a version superseded before its instant that is not `CANCELED` (what a
+/// pause racing a planning commit could leave: the old version planned on after the pause
+/// answered) is unexpected, and the exit status is 3.
+#[test]
+fn reconcile_flags_runs_of_a_superseded_version_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let t0: Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+    let min = |m: i64| t0.checked_add(SignedDuration::from_mins(m)).unwrap();
+    let id = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let (store, tenant) = acme(&db).await;
+        let s = Schedules::new(store.clone(), 4);
+        let id = s
+            .create(tenant, every("* * * * *"), Some(t0))
+            .await
+            .unwrap()
+            .record
+            .id;
+        planner(&store).tick(Some(t0)).await.unwrap();
+        s.transition(
+            tenant,
+            id,
+            campanile_store::ScheduleState::Paused,
+            Some(min(5) + SignedDuration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+        id
+    });
+    let range = [
+        "--from",
+        "2026-06-01T00:00:00Z",
+        "--to",
+        "2026-06-01T00:30:00Z",
+    ];
+    let (code, report, stderr) = reconcile(&db, &range);
+    assert_eq!(code, 0, "a clean pause: {stderr}");
+    assert_eq!(report["unexpected_total"], 0);
+    // The pause's instants after 00:05:30 come back to life under version 1.
+    let revived = rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE occurrences SET state = 'READY', finished_at = NULL
+              WHERE schedule_id = ?1 AND version = 1 AND scheduled_for IN (?2, ?3)",
+            rusqlite::params![id.0, min(6).as_millisecond(), min(9).as_millisecond()],
+        )
+        .unwrap();
+    assert_eq!(revived, 2);
+    let (code, report, stderr) = reconcile(&db, &range);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(report["unexpected_total"], 2, "{report}");
+    let flagged: Vec<(&str, u64)> = report["unexpected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["scheduled_for"].as_str().unwrap(),
+                f["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flagged,
+        [("2026-06-01T00:06:00Z", 1), ("2026-06-01T00:09:00Z", 1)]
+    );
 }

@@ -62,6 +62,9 @@ pub struct TickReport {
     pub stale: u64,
     /// Batches refused because the shard lease was lost meanwhile.
     pub fenced: u64,
+    /// Schedules left out of the pass because committing them failed (the rest of their
+    /// batch was planned; they are tried again in the next pass).
+    pub isolated: u64,
     /// What the pass's outage check found and did (see [`Store::shard_acquire`]).
     pub resumed: Resumed,
 }
@@ -80,6 +83,10 @@ pub struct Planner {
     /// The tenants' classes, the label of the schedule-lag histogram (shared with the node's
     /// server and relay: [`Planner::classes`]).
     classes: Arc<campanile_store::classes::TenantClasses>,
+    /// Shards whose planning failed in the pass under way (a batch or a schedule).
+    failed_shards: std::sync::Mutex<std::collections::HashSet<i32>>,
+    /// Per shard, how many passes in a row failed to plan it all.
+    failing: std::sync::Mutex<HashMap<i32, u64>>,
 }
 
 impl Planner {
@@ -92,6 +99,8 @@ impl Planner {
             wake: Notify::new(),
             held: std::sync::Mutex::new(Vec::new()),
             live_until: std::sync::Mutex::new(None),
+            failed_shards: std::sync::Mutex::new(std::collections::HashSet::new()),
+            failing: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -134,11 +143,52 @@ impl Planner {
     /// [`PlannerError::Store`] if the store fails (a lost shard is not an error: its batch is
     /// counted in [`TickReport::fenced`]).
     pub async fn tick(&self, now: Option<Timestamp>) -> Result<TickReport, PlannerError> {
+        self.failed_shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let pass = self.pass(now).await;
+        self.count_failing(pass.is_err());
         if pass.is_err() {
             self.forget_lapsed_shards();
         }
         pass
+    }
+
+    /// After a pass: per held shard, how many passes in a row failed to plan all of it (the
+    /// whole pass failed, a batch of it failed, or a schedule of it was isolated), and the
+    /// worst of them in `campanile_planner_consecutive_failed_passes`.
+    fn count_failing(&self, pass_failed: bool) {
+        let failed =
+            std::mem::take(&mut *self.failed_shards.lock().unwrap_or_else(|e| e.into_inner()));
+        let held: Vec<i32> = self.shards_held().iter().map(|l| l.shard).collect();
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        failing.retain(|shard, _| held.contains(shard));
+        for shard in held {
+            let n = failing.entry(shard).or_default();
+            if pass_failed || failed.contains(&shard) {
+                *n += 1;
+                if *n == 3 || (*n > 3 && n.is_power_of_two()) {
+                    tracing::error!(
+                        shard,
+                        passes = *n,
+                        "planning of shard {shard} has failed {n} passes in a row"
+                    );
+                }
+            } else {
+                *n = 0;
+            }
+        }
+        let worst = failing.values().copied().max().unwrap_or(0);
+        metrics::gauge!("campanile_planner_consecutive_failed_passes").set(worst as f64);
+    }
+
+    /// Per held shard, how many planning passes in a row failed to plan all of it.
+    pub fn failing_passes(&self) -> HashMap<i32, u64> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     async fn pass(&self, now: Option<Timestamp>) -> Result<TickReport, PlannerError> {
@@ -176,6 +226,8 @@ impl Planner {
         // never in the rotation: only `settle` puts it back, after its commit.
         let mut rotation: std::collections::VecDeque<ShardLease> = leases.into();
         let mut inflight: Option<(ShardLease, bool, PlanCommit)> = None;
+        // Schedules left out of this pass because their commit failed: not read again in it.
+        let mut isolated: std::collections::HashSet<ScheduleId> = std::collections::HashSet::new();
         // A pass can outlast the leases (half a million schedules due at once on PostgreSQL
         // take longer than 15 s): on the store's clock, renew them (and the node's liveness
         // mark) as the loop would between passes, so that the node neither loses its shards
@@ -199,8 +251,14 @@ impl Planner {
                 if inflight.is_none() {
                     break;
                 }
-                self.settle(inflight.take(), &mut rotation, &mut report, &clock)
-                    .await?;
+                self.settle(
+                    inflight.take(),
+                    &mut rotation,
+                    &mut report,
+                    &clock,
+                    &mut isolated,
+                )
+                .await?;
                 continue;
             };
             let t_read = std::time::Instant::now();
@@ -210,15 +268,27 @@ impl Planner {
                     before,
                     limit: self.cfg.batch,
                 }),
-                self.settle(inflight.take(), &mut rotation, &mut report, &clock),
+                self.settle(
+                    inflight.take(),
+                    &mut rotation,
+                    &mut report,
+                    &clock,
+                    &mut isolated
+                ),
             );
             settled?;
-            let due = due?;
+            let mut due = due?;
             report.read += t_read.elapsed();
             if due.is_empty() {
                 continue;
             }
             let full = due.len() as u32 == self.cfg.batch;
+            if !isolated.is_empty() {
+                due.retain(|d| !isolated.contains(&d.id));
+                if due.is_empty() {
+                    continue;
+                }
+            }
             let t_decide = std::time::Instant::now();
             let mut items: Vec<PlanItem> = due
                 .iter()
@@ -234,7 +304,7 @@ impl Planner {
                     node: self.cfg.node.clone(),
                     shard: lease.shard,
                     shard_epoch: lease.epoch,
-                    items,
+                    items: items.into(),
                     now: Some(now),
                 },
             ));
@@ -290,39 +360,145 @@ impl Planner {
 
     /// Commits an in-flight batch (if any) and puts its shard back in the rotation unless it
     /// is done (nothing advanced and the batch was not full) or its lease was lost.
+    ///
+    /// A batch the store refuses with an error of its own (not a lost lease, not an
+    /// unreachable database) is split in halves and committed again, down to single
+    /// schedules: the one that cannot be committed is isolated (logged with its id, counted in
+    /// `campanile_planner_schedules_isolated_total`) and the rest of the batch is planned. Its
+    /// queue entry did not move, so the next pass tries it again.
     async fn settle(
         &self,
         inflight: Option<(ShardLease, bool, PlanCommit)>,
         rotation: &mut std::collections::VecDeque<ShardLease>,
         report: &mut TickReport,
         clock: &PassClock,
+        isolated_ids: &mut std::collections::HashSet<ScheduleId>,
     ) -> Result<(), PlannerError> {
         let Some((lease, full, commit)) = inflight else {
             return Ok(());
         };
-        let observed = Observed::of(&commit.items, &self.classes);
+        let items = std::sync::Arc::clone(&commit.items);
         let t_commit = std::time::Instant::now();
         let committed = self.store.plan_commit(commit).await;
-        report.commit += t_commit.elapsed();
-        match committed {
+        let outcome = match committed {
             Ok(r) => {
-                observed.without(&r.refused).record(clock.visible_now());
+                Observed::of(&items, &self.classes)
+                    .without(&r.refused)
+                    .record(clock.visible_now());
+                Ok((r, 0))
+            }
+            Err(StoreError::Fenced(msg)) => Err(msg),
+            Err(e) if isolatable(&e) => {
+                tracing::warn!(
+                    shard = lease.shard,
+                    schedules = items.len(),
+                    error = %e,
+                    "planning batch failed; committing it in parts to isolate the schedule that fails"
+                );
+                self.commit_isolating(lease, &items, clock, isolated_ids)
+                    .await?
+            }
+            Err(e) => {
+                report.commit += t_commit.elapsed();
+                self.failed_shards
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(lease.shard);
+                return Err(e.into());
+            }
+        };
+        report.commit += t_commit.elapsed();
+        match outcome {
+            Ok((r, isolated)) => {
                 metrics::counter!("campanile_occurrences_planned_total").increment(r.inserted);
                 report.planned += r.applied;
                 report.inserted += r.inserted;
                 report.stale += r.stale;
-                if r.applied > 0 || full {
+                report.isolated += isolated;
+                if isolated > 0 {
+                    self.failed_shards
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(lease.shard);
+                }
+                // A full batch whose schedules all failed would be read again as it is.
+                if r.applied > 0 || (full && isolated == 0) {
                     rotation.push_back(lease);
                 }
                 Ok(())
             }
-            Err(StoreError::Fenced(msg)) => {
+            Err(msg) => {
                 tracing::warn!(shard = lease.shard, %msg, "shard lease lost; stopping this shard");
                 report.fenced += 1;
                 Ok(())
             }
-            Err(e) => Err(e.into()),
         }
+    }
+
+    /// Commits `items` in parts after the whole batch failed: each part that fails is halved
+    /// again, and a single schedule that fails is left out. Answers the sum of what the parts
+    /// committed and how many schedules were left out, or the lost lease's message.
+    async fn commit_isolating(
+        &self,
+        lease: ShardLease,
+        items: &std::sync::Arc<[PlanItem]>,
+        clock: &PassClock,
+        isolated_ids: &mut std::collections::HashSet<ScheduleId>,
+    ) -> Result<Result<(PlanReport, u64), String>, PlannerError> {
+        let mut total = PlanReport::default();
+        let mut isolated = 0u64;
+        let mid = items.len() / 2;
+        let mut parts = vec![(mid, items.len()), (0, mid)];
+        while let Some((from, to)) = parts.pop() {
+            if from >= to {
+                continue;
+            }
+            let part: std::sync::Arc<[PlanItem]> = items[from..to].to_vec().into();
+            let committed = self
+                .store
+                .plan_commit(PlanCommit {
+                    node: self.cfg.node.clone(),
+                    shard: lease.shard,
+                    shard_epoch: lease.epoch,
+                    items: std::sync::Arc::clone(&part),
+                    now: Some(clock.now),
+                })
+                .await;
+            match committed {
+                Ok(r) => {
+                    Observed::of(&part, &self.classes)
+                        .without(&r.refused)
+                        .record(clock.visible_now());
+                    total.applied += r.applied;
+                    total.stale += r.stale;
+                    total.inserted += r.inserted;
+                    total.refused.extend(r.refused);
+                }
+                Err(StoreError::Fenced(msg)) => return Ok(Err(msg)),
+                Err(e) if isolatable(&e) && to - from == 1 => {
+                    let item = &items[from];
+                    isolated += 1;
+                    isolated_ids.insert(item.schedule_id);
+                    metrics::counter!("campanile_planner_schedules_isolated_total").increment(1);
+                    tracing::error!(
+                        schedule = %item.schedule_id,
+                        tenant = item.tenant.0,
+                        version = item.version,
+                        shard = lease.shard,
+                        error = %e,
+                        "schedule cannot be planned; left out of this pass (the rest of its \
+                         batch is planned) and tried again in the next one"
+                    );
+                }
+                Err(e) if isolatable(&e) => {
+                    let mid = from + (to - from) / 2;
+                    parts.push((mid, to));
+                    parts.push((from, mid));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Ok((total, isolated)))
     }
 
     /// Spaces the late runs of each tenant with a catch-up rate quota so that, across all its
@@ -478,6 +654,13 @@ impl Planner {
         let ms = wake_at.as_millisecond() - now.as_millisecond();
         Duration::from_millis(ms.clamp(0, cap.as_millis() as i64) as u64)
     }
+}
+
+/// Whether a failed planning commit may be the fault of one of its schedules, and is worth
+/// committing again in parts: not when the database is away (every part would fail the
+/// same way: the pass fails and is retried whole).
+fn isolatable(e: &StoreError) -> bool {
+    !matches!(e, StoreError::Unavailable(_) | StoreError::Fenced(_))
 }
 
 /// When a planning pass runs, to tell when what it commits becomes visible.

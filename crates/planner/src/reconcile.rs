@@ -10,7 +10,8 @@
 //! resume), the summaries of long misfire gaps, and where the schedule's planning stands:
 //! an instant at or after that position, or after `now`, is not planned yet, which is not a
 //! loss. An occurrence at an instant its own version's calendar does not fire is reported as
-//! unexpected.
+//! unexpected, and so is one of a version superseded (updated, paused, canceled) before its
+//! instant that is not `CANCELED`: the change promised that nothing more of that version runs.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -129,7 +130,8 @@ pub struct Reconciliation {
     pub missing: Vec<Finding>,
     /// Expected instants of an active schedule left unplanned for longer than `stall_after`.
     pub stalled: Vec<Finding>,
-    /// Occurrences at instants their version's calendar does not fire.
+    /// Occurrences at instants their version's calendar does not fire, or planned under a
+    /// version that was superseded before their instant (and not canceled).
     pub unexpected: Vec<Finding>,
     /// Whether `max_instants` cut the range short.
     pub truncated: bool,
@@ -309,13 +311,23 @@ pub async fn reconcile(
         };
         *out.counts.entry(class).or_default() += 1;
     }
+    // When each version was superseded: the next version's start.
+    let superseded_at: HashMap<u32, Timestamp> = versions
+        .windows(2)
+        .map(|w| (w[0].version, w[1].created_at))
+        .collect();
     for (&at, found) in &recorded {
         for &(version, state) in found {
             let fires = calendars.get(&version).is_some_and(|cal| {
                 let before = at.checked_sub(SignedDuration::from_nanos(1)).unwrap_or(at);
                 cal.next_after(before) == Some(at)
             });
-            if !fires && state != OccurrenceState::Canceled {
+            // A version superseded before this instant plans nothing for it: the change
+            // canceled what it had planned (a worker's run is only flagged, and a run is only
+            // claimed once due, before the change). Anything else was planned, or kept,
+            // after the change answered.
+            let after_superseded = superseded_at.get(&version).is_some_and(|s| *s < at);
+            if (!fires || after_superseded) && state != OccurrenceState::Canceled {
                 out.unexpected.push(Finding {
                     version,
                     scheduled_for: at,

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod changes;
 mod engine;
 mod harness;
 mod lifecycle;

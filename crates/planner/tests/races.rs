@@ -122,7 +122,7 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
             node: "a".into(),
             shard,
             shard_epoch: a_lease.epoch,
-            items: vec![PlanItem {
+            items: std::sync::Arc::from(vec![PlanItem {
                 tenant: env.tenant,
                 schedule_id: id,
                 version: 1,
@@ -130,7 +130,7 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
                 next_run_at: Some(plus(position.unwrap(), 86_400)),
                 occurrences: vec![],
                 missed: None,
-            }],
+            }]),
             now: Some(later),
         })
         .await
@@ -149,7 +149,7 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
             node: "b".into(),
             shard,
             shard_epoch: b_lease.epoch,
-            items: vec![PlanItem {
+            items: std::sync::Arc::from(vec![PlanItem {
                 tenant: env.tenant,
                 schedule_id: id,
                 version: 1,
@@ -157,7 +157,7 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
                 next_run_at: Some(t0),
                 occurrences: vec![],
                 missed: None,
-            }],
+            }]),
             now: Some(later),
         })
         .await

@@ -445,6 +445,14 @@ pub const METRICS: &[(&str, &str)] = &[
         "Planner shards held by this node.",
     ),
     (
+        "campanile_planner_consecutive_failed_passes",
+        "Planning passes in a row that failed to plan all of one of this node's shards (the worst shard; 0 when the last pass planned everything).",
+    ),
+    (
+        "campanile_planner_schedules_isolated_total",
+        "Schedules left out of a planning pass because committing them failed (the rest of their batch was planned; they are tried again next pass).",
+    ),
+    (
         "campanile_due_backlog",
         "Occurrences due and not claimed, all tenants (counted up to 1,000,000; sampled every 10 s).",
     ),

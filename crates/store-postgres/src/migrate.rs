@@ -88,6 +88,61 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "claim_key",
         include_str!("../migrations/0017_claim_key.sql"),
     ),
+    (
+        18,
+        "superseded_repair",
+        include_str!("../migrations/0018_superseded_repair.sql"),
+    ),
+];
+
+/// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the
+/// database's clock in milliseconds, where a statement uses it. An occurrence counts as superseded when its version's
+/// successor took effect before its instant: the change would have canceled it (or flagged it
+/// for cancellation, if a worker holds it). A redriven dead letter of an older version was
+/// scheduled before the change, and is left alone.
+const SUPERSEDED_REPAIRS: &[(&str, &str)] = &[
+    (
+        "pending occurrence of a superseded version canceled",
+        "UPDATE occurrences o SET state = 'CANCELED', finished_at = $1
+           FROM schedule_versions nv
+          WHERE o.state IN ('READY', 'RETRY_WAIT')
+            AND nv.schedule_id = o.schedule_id AND nv.version = o.version + 1
+            AND o.scheduled_for > nv.created_at",
+    ),
+    (
+        "running occurrence of a superseded version flagged for cancellation",
+        "UPDATE occurrences o SET cancel_requested = true
+           FROM schedule_versions nv
+          WHERE o.state = 'RUNNING' AND NOT o.cancel_requested
+            AND nv.schedule_id = o.schedule_id AND nv.version = o.version + 1
+            AND o.scheduled_for > nv.created_at",
+    ),
+    (
+        "queue entry of a schedule not active, or beside one of its current version, dropped",
+        "DELETE FROM schedule_queue q USING schedules s
+          WHERE s.id = q.schedule_id AND q.version <> s.version
+            AND (s.state <> 'ACTIVE'
+                 OR EXISTS (SELECT 1 FROM schedule_queue c
+                             WHERE c.schedule_id = s.id AND c.version = s.version))",
+    ),
+    (
+        "active schedule's only queue entries carried to its current version",
+        "UPDATE schedule_queue q SET version = s.version, kind = v.kind, cron = v.cron,
+                timezone = v.timezone, dst_gap = v.dst_gap, dst_fold = v.dst_fold, at = v.at,
+                every_ms = v.every_ms, anchor = v.anchor, queue = v.queue, priority = v.priority,
+                lease_ms = v.lease_ms, max_attempts = v.max_attempts,
+                backoff_initial_ms = v.backoff_initial_ms, backoff_max_ms = v.backoff_max_ms,
+                misfire = v.misfire, overlap = v.overlap, flex_window_ms = v.flex_window_ms
+           FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
+          WHERE s.id = q.schedule_id AND q.version <> s.version",
+    ),
+    (
+        "second queue entry of one schedule dropped",
+        "DELETE FROM schedule_queue q
+          WHERE EXISTS (SELECT 1 FROM schedule_queue e
+                         WHERE e.schedule_id = q.schedule_id
+                           AND (e.next_run_at, e.shard) < (q.next_run_at, q.shard))",
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes
@@ -136,6 +191,9 @@ pub(crate) async fn apply(client: &mut deadpool_postgres::Client) -> Result<u32,
         tx.batch_execute(sql).await.map_err(|e| {
             StoreError::Migration(format!("migration {version} ({name}): {}", pg_message(&e)))
         })?;
+        if *version == 18 {
+            repair_superseded(&tx).await?;
+        }
         tx.execute(
             "INSERT INTO campanile_migrations (version, name) VALUES ($1, $2)",
             &[version, name],
@@ -146,4 +204,33 @@ pub(crate) async fn apply(client: &mut deadpool_postgres::Client) -> Result<u32,
     }
     tx.commit().await.map_err(mig)?;
     Ok(applied)
+}
+
+/// Runs [`SUPERSEDED_REPAIRS`] and logs how many rows each repaired.
+async fn repair_superseded(tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let now: i64 = tx
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8",
+            &[],
+        )
+        .await
+        .map_err(|e| StoreError::Migration(format!("migration 18: {}", pg_message(&e))))?
+        .get(0);
+    let mut total = 0;
+    for (what, sql) in SUPERSEDED_REPAIRS {
+        let params: &[&(dyn tokio_postgres::types::ToSql + Sync)] =
+            if sql.contains("$1") { &[&now] } else { &[] };
+        let n = tx.execute(*sql, params).await.map_err(|e| {
+            StoreError::Migration(format!("migration 18 ({what}): {}", pg_message(&e)))
+        })?;
+        if n > 0 {
+            tracing::warn!(rows = n, "upgrade repair: {what}");
+        }
+        total += n;
+    }
+    tracing::info!(
+        rows = total,
+        "upgrade repair of rows left by schedule changes racing planning commits: {total} repaired"
+    );
+    Ok(())
 }

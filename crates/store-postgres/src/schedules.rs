@@ -582,40 +582,56 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
             p.node, p.shard, p.shard_epoch
         )));
     }
-    // Advance every schedule still at the planned version and position, in one statement;
-    // the rows it returns are the items that apply.
-    let ids: Vec<Uuid> = p.items.iter().map(|i| i.schedule_id.0).collect();
-    let tenants: Vec<i64> = p.items.iter().map(|i| i.tenant.0).collect();
-    let versions: Vec<i32> = p.items.iter().map(|i| i32_of(i.version)).collect();
-    let expected: Vec<i64> = p
+    // Every item's schedule row is locked first (FOR KEY SHARE, in id order), and the rest
+    // of the commit sees what the lock returned: a change (update, pause, cancel) locks the
+    // same row FOR UPDATE before it touches the queue entry or the occurrences, so the two
+    // serialize on it. A change that committed first is seen here (its version moved on and
+    // its queue entry is gone: the item is refused); a change that comes second waits for
+    // this commit and then sees, and retires, everything it wrote. Without the lock, under
+    // READ COMMITTED, a pause could neither see the occurrences nor the queue entry this
+    // commit writes: both outlived it (docs/DESIGN.md, "Why does a planning commit lock the
+    // schedule rows?").
+    let mut locking: Vec<Uuid> = p.items.iter().map(|i| i.schedule_id.0).collect();
+    locking.sort_unstable();
+    locking.dedup();
+    let current: std::collections::HashMap<Uuid, (i32, String)> = query(
+        &tx,
+        "SELECT id, version, state FROM schedules WHERE id = ANY($1) ORDER BY id FOR KEY SHARE",
+        &[&locking],
+    )
+    .await?
+    .iter()
+    .map(|r| (r.get(0), (r.get(1), r.get::<_, String>(2))))
+    .collect();
+    // The items whose schedule is still active at the planned version.
+    let live: Vec<&PlanItem> = p
         .items
         .iter()
-        .map(|i| i.expected_next_run_at.as_millisecond())
+        .filter(|i| {
+            current
+                .get(&i.schedule_id.0)
+                .is_some_and(|(v, st)| *v == i32_of(i.version) && st == "ACTIVE")
+        })
         .collect();
-    let next: Vec<Option<i64>> = p
-        .items
-        .iter()
-        .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
-        .collect();
-    // Schedules whose last instant this batch plans finish. Their rows are locked first, in
-    // id order, as a schedule change locks its row before its queue entry: locking them after
-    // the queue entries could deadlock with a change of the same schedule.
-    let mut last: Vec<(Uuid, i32)> = p
-        .items
+    // Schedules whose last instant this batch plans finish (their rows are locked above).
+    let mut last: Vec<(Uuid, i32)> = live
         .iter()
         .filter(|i| i.next_run_at.is_none())
         .map(|i| (i.schedule_id.0, i32_of(i.version)))
         .collect();
-    last.sort_unstable();
-    if !last.is_empty() {
-        let ids: Vec<Uuid> = last.iter().map(|(id, _)| *id).collect();
-        execute(
-            &tx,
-            "SELECT 1 FROM schedules WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-            &[&ids],
-        )
-        .await?;
-    }
+    // Advance every schedule still at the planned version and position, in one statement;
+    // the rows it returns are the items that apply.
+    let ids: Vec<Uuid> = live.iter().map(|i| i.schedule_id.0).collect();
+    let tenants: Vec<i64> = live.iter().map(|i| i.tenant.0).collect();
+    let versions: Vec<i32> = live.iter().map(|i| i32_of(i.version)).collect();
+    let expected: Vec<i64> = live
+        .iter()
+        .map(|i| i.expected_next_run_at.as_millisecond())
+        .collect();
+    let next: Vec<Option<i64>> = live
+        .iter()
+        .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
+        .collect();
     // The fence per item: the queue entry the planner started from must still be there, at
     // the planned version; it moves further back (or out, when nothing is left to plan).
     let moved = query(

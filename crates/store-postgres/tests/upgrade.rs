@@ -475,3 +475,92 @@ async fn upgrade_keys_occurrences_by_schedule() {
         "{indexes:?}"
     );
 }
+
+/// Migration 18 repairs what a schedule change racing a planning commit left: a pending
+/// occurrence of a version superseded before its instant is canceled (a running one flagged),
+/// history and instants before the change are left alone, queue entries of superseded versions
+/// go, and an active schedule whose only entry was of an old version keeps its position under
+/// its current version.
+#[tokio::test]
+async fn upgrade_repairs_what_changes_racing_planning_left() {
+    const REPAIR: i64 = 18;
+    let Some((url, schema, c)) = old_database("jobs", REPAIR).await else {
+        return;
+    };
+    let id = |n: u8| format!("00000000-0000-7000-8000-00000000000{n}");
+    // ...01 paused at 1000 (version 2), ...02 and ...03 updated at 1000 (version 2).
+    c.batch_execute(&format!(
+        "UPDATE schedules SET version = 2, state = 'PAUSED' WHERE id = '{one}';
+         INSERT INTO schedules (id, tenant_id, version, state, shard, next_run_at, created_at, updated_at)
+         VALUES ('{two}', 1, 2, 'ACTIVE', 0, 0, 0, 1000), ('{three}', 1, 2, 'ACTIVE', 0, 0, 0, 1000);
+         INSERT INTO schedule_versions (schedule_id, version, kind, cron, timezone, queue, priority,
+             lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap,
+             flex_window_ms, created_at)
+         SELECT s.id, v.version, kind, cron, timezone, queue, priority, lease_ms, max_attempts,
+                backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms,
+                CASE v.version WHEN 1 THEN 0 ELSE 1000 END
+           FROM schedule_versions, (VALUES ('{two}'::uuid), ('{three}'::uuid)) AS s(id), (VALUES (1), (2)) AS v(version)
+          WHERE schedule_id = '{one}'
+         UNION ALL
+         SELECT schedule_id, 2, kind, cron, timezone, queue, priority, lease_ms, max_attempts,
+                backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms, 1000
+           FROM schedule_versions WHERE schedule_id = '{one}';
+         INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, kind, cron,
+             timezone, queue, priority, lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms,
+             misfire, overlap, flex_window_ms)
+         SELECT 0, q.at, q.id, q.version, 1, kind, cron, timezone, queue, priority, lease_ms,
+                max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms
+           FROM schedule_versions,
+                (VALUES ('{one}'::uuid, 1, 5000::int8), ('{two}'::uuid, 1, 6000::int8),
+                        ('{two}'::uuid, 2, 7000::int8), ('{three}'::uuid, 1, 8000::int8)) AS q(id, version, at)
+          WHERE schedule_id = '{one}' AND schedule_versions.version = 1;
+         INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for, available_at,
+             queue, priority, state, max_attempts, backoff_initial_ms, backoff_max_ms, created_at)
+         SELECT gen_random_uuid(), 1, '{one}', 1, o.at, o.at, 'jobs', 0, o.state, 3, 1000, 60000, 0
+           FROM (VALUES (500::int8, 'READY'), (2000, 'READY'), (2500, 'RETRY_WAIT'), (3000, 'RUNNING'),
+                        (4000, 'SUCCEEDED')) AS o(at, state);",
+        one = id(1),
+        two = id(2),
+        three = id(3)
+    ))
+    .await
+    .expect("what the race left");
+    let store = PgStore::connect_with(&url, options(&schema)).await;
+    let occurrences: Vec<(i64, String, bool)> = c
+        .query(
+            "SELECT scheduled_for, state, cancel_requested FROM occurrences ORDER BY scheduled_for",
+            &[],
+        )
+        .await
+        .expect("occurrences")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let queue: Vec<(String, i32, i64)> = c
+        .query(
+            "SELECT schedule_id::text, version, next_run_at FROM schedule_queue ORDER BY schedule_id, next_run_at",
+            &[],
+        )
+        .await
+        .expect("queue")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
+
+    store.expect("upgrade");
+    let o = |at: i64, state: &str, flagged: bool| (at, state.to_string(), flagged);
+    assert_eq!(
+        occurrences,
+        vec![
+            o(500, "READY", false),
+            o(2000, "CANCELED", false),
+            o(2500, "CANCELED", false),
+            o(3000, "RUNNING", true),
+            o(4000, "SUCCEEDED", false),
+        ]
+    );
+    assert_eq!(queue, vec![(id(2), 2, 7000), (id(3), 2, 8000)]);
+}

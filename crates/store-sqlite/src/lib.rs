@@ -586,6 +586,30 @@ mod tests {
 
     use super::*;
 
+    /// Holds the writer with a job that waits until the returned sender is used; the handle
+    /// ends with that job.
+    async fn hold_writer(
+        store: &SqliteStore,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        tokio::task::JoinHandle<Result<(), StoreError>>,
+    ) {
+        let (let_go, wait) = std::sync::mpsc::channel::<()>();
+        let (running, is_running) = tokio::sync::oneshot::channel::<()>();
+        let holder = store.clone();
+        let held = tokio::spawn(async move {
+            holder
+                .write(move |_| {
+                    let _ = running.send(());
+                    let _ = wait.recv();
+                    Ok(())
+                })
+                .await
+        });
+        is_running.await.unwrap();
+        (let_go, held)
+    }
+
     /// The writer remembers the latest keys only: past the cap the oldest is forgotten (a key
     /// entered twice counts once).
     #[test]
@@ -629,19 +653,7 @@ mod tests {
             .await;
 
             // The writer is held up by a job that waits to be let go.
-            let (let_go, wait) = std::sync::mpsc::channel::<()>();
-            let (running, is_running) = tokio::sync::oneshot::channel::<()>();
-            let holder = store.clone();
-            let held = tokio::spawn(async move {
-                holder
-                    .write(move |_| {
-                        let _ = running.send(());
-                        let _ = wait.recv();
-                        Ok(())
-                    })
-                    .await
-            });
-            is_running.await.unwrap();
+            let (let_go, held) = hold_writer(&store).await;
             let key = uuid::Uuid::new_v4();
             let claim = |resent| {
                 let key = Some(ClaimKey { id: key, resent });
@@ -679,6 +691,144 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(running.len(), 2, "nothing more was claimed: {running:?}");
+        });
+    }
+
+    /// Judges nothing missed (the tests below start no outage).
+    struct NoMisses;
+
+    impl PrePlannedJudge for NoMisses {
+        fn missed(&self, _: &PrePlanned<'_>) -> Vec<jiff::Timestamp> {
+            Vec::new()
+        }
+    }
+
+    /// A schedule change and a planning commit sent while the writer is busy never
+    /// interleave: the writer runs each job whole, in the order they were sent. A commit
+    /// queued first is retired by the pause after it (its occurrence canceled, its queue entry
+    /// taken out); a commit queued after the pause is refused, and writes nothing.
+    #[test]
+    fn a_pause_and_a_planning_commit_never_interleave() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for commit_first in [true, false] {
+                let dir = tempfile::tempdir().unwrap();
+                let store = SqliteStore::open(dir.path().join("p.db")).unwrap();
+                let tenant = store
+                    .tenant_create(TenantCreate {
+                        name: "t".into(),
+                        now: Some(secs(0)),
+                    })
+                    .await
+                    .unwrap()
+                    .id;
+                let id = campanile_core::ScheduleId(uuid::Uuid::now_v7());
+                store
+                    .schedule_create(ScheduleCreate {
+                        tenant,
+                        id,
+                        spec: spec("q"),
+                        shard: 0,
+                        next_run_at: Some(secs(60)),
+                        fires_per_hour: 60,
+                        idempotency: None,
+                        now: Some(secs(0)),
+                    })
+                    .await
+                    .unwrap();
+                let lease = store
+                    .shard_acquire(ShardAcquire {
+                        node: "n".into(),
+                        total: 1,
+                        lease: jiff::SignedDuration::from_hours(1),
+                        judge: std::sync::Arc::new(NoMisses),
+                        now: Some(secs(1)),
+                    })
+                    .await
+                    .unwrap()
+                    .leases[0];
+                let fixture = campanile_store::conformance::Fixture {
+                    tenant,
+                    schedule: id,
+                };
+                let commit = PlanCommit {
+                    node: "n".into(),
+                    shard: 0,
+                    shard_epoch: lease.epoch,
+                    items: std::sync::Arc::from(vec![PlanItem {
+                        tenant,
+                        schedule_id: id,
+                        version: 1,
+                        expected_next_run_at: secs(60),
+                        next_run_at: Some(secs(120)),
+                        occurrences: vec![new_occ(&fixture, "q", secs(60), 3)],
+                        missed: None,
+                    }]),
+                    now: Some(secs(2)),
+                };
+                let pause = ScheduleTransition {
+                    tenant,
+                    id,
+                    to: ScheduleState::Paused,
+                    superseded: Superseded::default(),
+                    now: Some(secs(3)),
+                };
+
+                let (let_go, held) = hold_writer(&store).await;
+                // Each sent (queued behind the held writer) in the order under test.
+                let mut cx = Context::from_waker(Waker::noop());
+                let (mut planning, mut pausing) = if commit_first {
+                    let mut planning = store.plan_commit(commit);
+                    assert!(planning.as_mut().poll(&mut cx).is_pending());
+                    let mut pausing = store.schedule_transition(pause);
+                    assert!(pausing.as_mut().poll(&mut cx).is_pending());
+                    (planning, pausing)
+                } else {
+                    let mut pausing = store.schedule_transition(pause);
+                    assert!(pausing.as_mut().poll(&mut cx).is_pending());
+                    let mut planning = store.plan_commit(commit);
+                    assert!(planning.as_mut().poll(&mut cx).is_pending());
+                    (planning, pausing)
+                };
+                let_go.send(()).unwrap();
+                held.await.unwrap().unwrap();
+                let (planned, paused) = tokio::join!(planning.as_mut(), pausing.as_mut());
+                let (planned, paused) = (planned.unwrap(), paused.unwrap());
+                assert_eq!(paused.schedule.version, 2);
+                let occurrences = store
+                    .occurrence_list(OccurrenceList {
+                        tenant,
+                        schedule_id: Some(id),
+                        limit: 10,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                if commit_first {
+                    assert_eq!((planned.applied, paused.canceled), (1, 1));
+                    assert_eq!(occurrences.len(), 1);
+                    assert_eq!(occurrences[0].state, OccurrenceState::Canceled);
+                } else {
+                    assert_eq!((planned.applied, planned.refused), (0, vec![id]));
+                    assert!(occurrences.is_empty(), "{occurrences:?}");
+                }
+                let queued: i64 = store
+                    .read(move |c| {
+                        c.query_row(
+                            "SELECT count(*) FROM schedule_queue WHERE schedule_id = ?1",
+                            [id.0],
+                            |r| r.get(0),
+                        )
+                        .map_err(db_err)
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(queued, 0, "a paused schedule has no queue entry");
+            }
         });
     }
 }

@@ -408,8 +408,9 @@ pub struct PlanCommit {
     pub shard: i32,
     /// The epoch of the node's lease on the shard; a different current epoch fences the batch.
     pub shard_epoch: i64,
-    /// The items, in one transaction.
-    pub items: Vec<PlanItem>,
+    /// The items, in one transaction (shared: a planner whose batch failed commits parts of
+    /// it again without copying them).
+    pub items: std::sync::Arc<[PlanItem]>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
