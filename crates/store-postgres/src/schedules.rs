@@ -307,11 +307,29 @@ async fn retire_old_versions<C: GenericClient>(
     Ok((canceled as u64, earliest, in_flight))
 }
 
+/// Serializes a schedule change with the planning commits of its shard: a commit takes it
+/// exclusively (`$1`: the shard), a change shares it ([`CHANGE_LOCK`]), each before anything
+/// else it writes. Whichever comes second waits for the first to commit and then, in its next
+/// statement (a new snapshot under READ COMMITTED), sees everything the first wrote: a change
+/// retires the occurrences a commit planned and removes its queue entry; a commit finds the
+/// changed schedule's queue entry gone and refuses the item (docs/DESIGN.md, "Why do a
+/// planning commit and a schedule change take a lock on the shard?"). One lock per
+/// transaction, in memory: no row is written for it. Keyed by the schema, so deployments in
+/// other schemas of the database never wait for each other on it.
+pub(crate) const PLANNING_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('campanile/planning/' || current_schema()), $1)";
+
+/// The shared side of [`PLANNING_LOCK`], taken by a change on its schedule's shard (a
+/// schedule never changes shards), before it locks the schedule's row.
+const CHANGE_LOCK: &str = "SELECT pg_advisory_xact_lock_shared(hashtext('campanile/planning/' || current_schema()), shard)
+       FROM schedules WHERE id = $1 AND tenant_id = $2";
+
 async fn current<C: GenericClient>(
     c: &C,
     tenant: TenantId,
     id: ScheduleId,
 ) -> R<(u32, ScheduleState, i32, Option<i64>)> {
+    execute(c, CHANGE_LOCK, &[&id.0, &tenant.0]).await?;
     let rows = query(
         c,
         "SELECT version, state, shard, next_run_at FROM schedules WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
@@ -582,56 +600,43 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
             p.node, p.shard, p.shard_epoch
         )));
     }
-    // Every item's schedule row is locked first (FOR KEY SHARE, in id order), and the rest
-    // of the commit sees what the lock returned: a change (update, pause, cancel) locks the
-    // same row FOR UPDATE before it touches the queue entry or the occurrences, so the two
-    // serialize on it. A change that committed first is seen here (its version moved on and
-    // its queue entry is gone: the item is refused); a change that comes second waits for
-    // this commit and then sees, and retires, everything it wrote. Without the lock, under
-    // READ COMMITTED, a pause could neither see the occurrences nor the queue entry this
-    // commit writes: both outlived it (docs/DESIGN.md, "Why does a planning commit lock the
-    // schedule rows?").
-    let mut locking: Vec<Uuid> = p.items.iter().map(|i| i.schedule_id.0).collect();
-    locking.sort_unstable();
-    locking.dedup();
-    let current: std::collections::HashMap<Uuid, (i32, String)> = query(
-        &tx,
-        "SELECT id, version, state FROM schedules WHERE id = ANY($1) ORDER BY id FOR KEY SHARE",
-        &[&locking],
-    )
-    .await?
-    .iter()
-    .map(|r| (r.get(0), (r.get(1), r.get::<_, String>(2))))
-    .collect();
-    // The items whose schedule is still active at the planned version.
-    let live: Vec<&PlanItem> = p
+    // Changes of this shard's schedules wait while this commit runs, and it waits for those
+    // in flight: see [`PLANNING_LOCK`].
+    execute(&tx, PLANNING_LOCK, &[&p.shard]).await?;
+    // Advance every schedule still at the planned version and position, in one statement;
+    // the rows it returns are the items that apply.
+    let ids: Vec<Uuid> = p.items.iter().map(|i| i.schedule_id.0).collect();
+    let tenants: Vec<i64> = p.items.iter().map(|i| i.tenant.0).collect();
+    let versions: Vec<i32> = p.items.iter().map(|i| i32_of(i.version)).collect();
+    let expected: Vec<i64> = p
         .items
         .iter()
-        .filter(|i| {
-            current
-                .get(&i.schedule_id.0)
-                .is_some_and(|(v, st)| *v == i32_of(i.version) && st == "ACTIVE")
-        })
+        .map(|i| i.expected_next_run_at.as_millisecond())
         .collect();
-    // Schedules whose last instant this batch plans finish (their rows are locked above).
-    let mut last: Vec<(Uuid, i32)> = live
+    let next: Vec<Option<i64>> = p
+        .items
+        .iter()
+        .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
+        .collect();
+    // Schedules whose last instant this batch plans finish. Their rows are locked first, in
+    // id order, as a schedule change locks its row before its queue entry: locking them after
+    // the queue entries could deadlock with a change of the same schedule.
+    let mut last: Vec<(Uuid, i32)> = p
+        .items
         .iter()
         .filter(|i| i.next_run_at.is_none())
         .map(|i| (i.schedule_id.0, i32_of(i.version)))
         .collect();
-    // Advance every schedule still at the planned version and position, in one statement;
-    // the rows it returns are the items that apply.
-    let ids: Vec<Uuid> = live.iter().map(|i| i.schedule_id.0).collect();
-    let tenants: Vec<i64> = live.iter().map(|i| i.tenant.0).collect();
-    let versions: Vec<i32> = live.iter().map(|i| i32_of(i.version)).collect();
-    let expected: Vec<i64> = live
-        .iter()
-        .map(|i| i.expected_next_run_at.as_millisecond())
-        .collect();
-    let next: Vec<Option<i64>> = live
-        .iter()
-        .map(|i| i.next_run_at.map(|t| t.as_millisecond()))
-        .collect();
+    last.sort_unstable();
+    if !last.is_empty() {
+        let ids: Vec<Uuid> = last.iter().map(|(id, _)| *id).collect();
+        execute(
+            &tx,
+            "SELECT 1 FROM schedules WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            &[&ids],
+        )
+        .await?;
+    }
     // The fence per item: the queue entry the planner started from must still be there, at
     // the planned version; it moves further back (or out, when nothing is left to plan).
     let moved = query(
