@@ -36,8 +36,26 @@ pub(crate) struct ServeArgs {
     /// reads the key on every request [default: 1000].
     #[arg(long, env = "CAMPANILE_KEY_CACHE_MS")]
     key_cache_ms: Option<u64>,
+    /// Seconds a client has to send a request's head (line and headers); also how long an
+    /// idle keep-alive connection stays open [default: 10].
+    #[arg(long, env = "CAMPANILE_HEADER_READ_TIMEOUT")]
+    header_read_timeout: Option<u64>,
+    /// Seconds a client has to send a request's body once its head is read (408 after)
+    /// [default: 30].
+    #[arg(long, env = "CAMPANILE_BODY_READ_TIMEOUT")]
+    body_read_timeout: Option<u64>,
+    /// Most client connections open at once; more wait in the listen backlog [default: 1024,
+    /// or the open-files limit minus 64 when that is lower].
+    #[arg(long, env = "CAMPANILE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// On SIGTERM or Ctrl-C, seconds the requests in flight get to finish before their
+    /// connections are closed; the node then stops planning and releases its shards
+    /// [default: 30].
+    #[arg(long, env = "CAMPANILE_SHUTDOWN_TIMEOUT")]
+    shutdown_timeout: Option<u64>,
     /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url,
-    /// key_cache_ms.
+    /// key_cache_ms, header_read_timeout, body_read_timeout, max_connections,
+    /// shutdown_timeout.
     #[arg(long, env = "CAMPANILE_CONFIG")]
     config: Option<std::path::PathBuf>,
 }
@@ -52,6 +70,10 @@ struct FileConfig {
     max_body_bytes: Option<usize>,
     nats_url: Option<String>,
     key_cache_ms: Option<u64>,
+    header_read_timeout: Option<u64>,
+    body_read_timeout: Option<u64>,
+    max_connections: Option<usize>,
+    shutdown_timeout: Option<u64>,
 }
 
 /// The resolved settings.
@@ -63,6 +85,7 @@ struct Settings {
     max_body_bytes: usize,
     nats_url: Option<String>,
     key_cache: std::time::Duration,
+    http: campanile_server::http::HttpLimits,
 }
 
 fn settings(args: ServeArgs) -> Result<Settings, CliError> {
@@ -77,6 +100,7 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
             })?
         }
     };
+    let http = http_limits(&args, &file)?;
     let default_listen: SocketAddr = "127.0.0.1:7070"
         .parse()
         .map_err(|e| CliError::runtime(format!("{e}")))?;
@@ -95,6 +119,54 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
         key_cache: std::time::Duration::from_millis(
             args.key_cache_ms.or(file.key_cache_ms).unwrap_or(1000),
         ),
+        http,
+    })
+}
+
+/// The HTTP limits from the flags, the config file and the defaults.
+fn http_limits(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> Result<campanile_server::http::HttpLimits, CliError> {
+    let d = campanile_server::http::HttpLimits::default();
+    let secs =
+        |flag: Option<u64>, file: Option<u64>, name: &str, default: std::time::Duration| match flag
+            .or(file)
+        {
+            None => Ok(default),
+            Some(0) => Err(CliError::usage(format!(
+                "--{name} must be at least 1 second"
+            ))),
+            Some(n) if n > 86_400 => Err(CliError::usage(format!(
+                "--{name} must be at most 86400 seconds (a day)"
+            ))),
+            Some(n) => Ok(std::time::Duration::from_secs(n)),
+        };
+    let max_connections = match args.max_connections.or(file.max_connections) {
+        None => d.max_connections,
+        Some(0) => return Err(CliError::usage("--max-connections must be at least 1")),
+        Some(n) => n,
+    };
+    Ok(campanile_server::http::HttpLimits {
+        header_read_timeout: secs(
+            args.header_read_timeout,
+            file.header_read_timeout,
+            "header-read-timeout",
+            d.header_read_timeout,
+        )?,
+        body_read_timeout: secs(
+            args.body_read_timeout,
+            file.body_read_timeout,
+            "body-read-timeout",
+            d.body_read_timeout,
+        )?,
+        max_connections,
+        shutdown_timeout: secs(
+            args.shutdown_timeout,
+            file.shutdown_timeout,
+            "shutdown-timeout",
+            d.shutdown_timeout,
+        )?,
     })
 }
 
@@ -198,11 +270,12 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     // with `Retry-After` — so a probe or a client gets an answer, not a timeout; then the full
     // router, through the same server and connections.
     let full = Arc::new(std::sync::OnceLock::new());
-    let server = tokio::spawn(
-        axum::serve(listener, campanile_server::until_ready(Arc::clone(&full)))
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
+    let server = tokio::spawn(campanile_server::http::serve(
+        listener,
+        campanile_server::until_ready(Arc::clone(&full)),
+        args.http,
+        stopped(stop_rx.clone()),
+    ));
     let mut planner = PlannerConfig::new(node.clone());
     planner.shards = args.shards;
     // Before anything is claimed or relayed: if the whole control plane was down, what it had
@@ -237,8 +310,9 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     let engine = tokio::select! {
         engine = first_pass => engine,
         _ = stopped(stop_rx.clone()) => {
-            // The server stops accepting on the same signal; what it is answering finishes.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
+            // The server stops accepting on the same signal; what it is answering finishes
+            // (within the shutdown deadline).
+            let _ = server.await;
             // Stopped during the first pass: give up what it may have taken, as a graceful
             // stop does, so that another node need not wait out the lease.
             let release = store.shard_release(ShardRelease { node, now: None });
@@ -285,8 +359,8 @@ async fn serve(args: Settings) -> Result<(), CliError> {
             "the server task failed: {e}"
         ))),
     };
-    // In-flight requests are done (or the server failed); stop relaying, then planning and
-    // sweeping, and hand the shards over.
+    // In-flight requests are done, or their connections closed at the shutdown deadline (or
+    // the server failed); stop relaying, then planning and sweeping, and hand the shards over.
     if let Some((stop, task)) = relay {
         let _ = stop.send(true);
         let _ = task.await;

@@ -61,7 +61,27 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ));
             }
         }
-        let raw = Bytes::from_request(req, state).await.map_err(|r| {
+        // A client that declared a body and stops sending it does not hold the request (and
+        // the node's shutdown) for longer than the body-read deadline.
+        let deadline = req
+            .extensions()
+            .get::<crate::http::BodyReadTimeout>()
+            .map(|t| t.0);
+        let read = Bytes::from_request(req, state);
+        let read = match deadline {
+            Some(deadline) => tokio::time::timeout(deadline, read).await.map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request_timeout",
+                    format!(
+                        "the request body did not arrive within {} s",
+                        deadline.as_secs_f64()
+                    ),
+                )
+            })?,
+            None => read.await,
+        };
+        let raw = read.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,

@@ -10,6 +10,7 @@ mod auth;
 mod body;
 pub mod dto;
 mod error;
+pub mod http;
 mod occurrences;
 mod schedules;
 
