@@ -57,6 +57,58 @@ impl Default for ServerConfig {
     }
 }
 
+/// The size bound of one answer that lists records (schedules, occurrences), in bytes of
+/// JSON: a page stops before the record that would pass it (a page always holds at least
+/// one record) and says `truncated`. Records are read in chunks small enough that the chunk
+/// in hand stays within the bound whatever their payloads and results hold, so memory per
+/// answer follows this bound, not `limit` times the largest payload.
+pub const ANSWER_BYTES: usize = 8 << 20;
+
+/// Room for a record's fields besides its payload or result, in bytes of JSON.
+const RECORD_OVERHEAD: usize = 4 << 10;
+
+/// An answer under construction that keeps to [`ANSWER_BYTES`].
+#[derive(Debug)]
+pub(crate) struct AnswerBudget {
+    left: usize,
+    empty: bool,
+}
+
+impl AnswerBudget {
+    pub(crate) fn new() -> AnswerBudget {
+        AnswerBudget {
+            left: ANSWER_BYTES,
+            empty: true,
+        }
+    }
+
+    /// Whether `record` fits (the first one always does); if it does, it is counted.
+    pub(crate) fn fits(&mut self, record: &impl serde::Serialize) -> bool {
+        let mut counter = ByteCount(0);
+        let size = serde_json::to_writer(&mut counter, record).map_or(usize::MAX, |()| counter.0);
+        if !self.empty && size > self.left {
+            return false;
+        }
+        self.empty = false;
+        self.left = self.left.saturating_sub(size + 1);
+        true
+    }
+}
+
+/// Counts what is written to it, keeping nothing.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -67,6 +119,9 @@ pub struct AppState {
     pub(crate) keys: Arc<auth::KeyCache>,
     /// The tenants' classes, the label of the claim-lag histogram.
     pub(crate) classes: Arc<campanile_store::classes::TenantClasses>,
+    /// Records read per store call by the list endpoints: as many as fit in [`ANSWER_BYTES`]
+    /// at the largest payload or result a request body can carry.
+    pub(crate) list_chunk: u32,
     metrics: PrometheusHandle,
 }
 
@@ -87,6 +142,8 @@ impl AppState {
             store,
             planner,
             relay: cfg.relay,
+            list_chunk: (ANSWER_BYTES / (cfg.max_body_bytes + RECORD_OVERHEAD)).clamp(1, 1000)
+                as u32,
             keys: Arc::new(auth::KeyCache::new(
                 cfg.key_cache,
                 Arc::new(campanile_core::SystemClock),

@@ -107,37 +107,56 @@ pub(crate) async fn list(
             )));
         }
     }
-    let rows = state
-        .store
-        .occurrence_list(campanile_store::OccurrenceList {
-            tenant: caller.tenant,
-            // A filter, not a path: a malformed one is bad input (422), not a missing record.
-            schedule_id: q
-                .schedule_id
-                .as_deref()
-                .map(|s| {
-                    uuid::Uuid::parse_str(s)
-                        .map(ScheduleId)
-                        .map_err(|_| ApiError::invalid(format!("schedule_id {s:?} is not a UUID")))
-                })
-                .transpose()?,
-            state: q.state.as_deref().map(parse_state).transpose()?,
-            from,
-            to,
-            after,
-            limit,
-            now: None,
+    // A filter, not a path: a malformed one is bad input (422), not a missing record.
+    let schedule_id = q
+        .schedule_id
+        .as_deref()
+        .map(|s| {
+            uuid::Uuid::parse_str(s)
+                .map(ScheduleId)
+                .map_err(|_| ApiError::invalid(format!("schedule_id {s:?} is not a UUID")))
         })
-        .await?;
-    let next_cursor = (rows.len() as u32 == limit)
-        .then(|| {
-            rows.last()
-                .map(|o| format!("{}_{}", o.scheduled_for.as_millisecond(), o.id))
-        })
+        .transpose()?;
+    let st = q.state.as_deref().map(parse_state).transpose()?;
+    let mut page = crate::AnswerBudget::new();
+    let mut occurrences = Vec::new();
+    let (mut cursor, mut more, mut truncated) = (after, false, false);
+    'read: while (occurrences.len() as u32) < limit {
+        let want = (limit - occurrences.len() as u32).min(state.list_chunk);
+        let rows = state
+            .store
+            .occurrence_list(campanile_store::OccurrenceList {
+                tenant: caller.tenant,
+                schedule_id,
+                state: st,
+                from,
+                to,
+                after: cursor,
+                limit: want,
+                now: None,
+            })
+            .await?;
+        more = rows.len() as u32 == want;
+        for o in &rows {
+            let out = OccurrenceOut::new(o);
+            if !page.fits(&out) {
+                truncated = true;
+                break 'read;
+            }
+            occurrences.push(out);
+            cursor = Some((o.scheduled_for, o.id));
+        }
+        if !more {
+            break;
+        }
+    }
+    let next_cursor = (truncated || more)
+        .then(|| cursor.map(|(at, id)| format!("{}_{}", at.as_millisecond(), id)))
         .flatten();
     Ok(Json(OccurrenceList {
-        occurrences: rows.iter().map(OccurrenceOut::new).collect(),
+        occurrences,
         next_cursor,
+        truncated,
     }))
 }
 

@@ -250,27 +250,43 @@ pub(crate) async fn list(
     if q.queue.as_deref().is_some_and(|q| q.contains('\0')) {
         return Err(ApiError::invalid("queue: a queue name never contains NUL"));
     }
-    let rows = state
-        .store
-        .schedule_list(campanile_store::ScheduleList {
-            tenant: caller.tenant,
-            state: st,
-            queue: q.queue,
-            after,
-            limit,
-        })
-        .await?;
     let now = state.store.store_now().await?;
-    let next_cursor = (rows.len() as u32 == limit)
-        .then(|| rows.last().map(|r| r.id.to_string()))
+    let mut page = crate::AnswerBudget::new();
+    let mut schedules = Vec::new();
+    let (mut cursor, mut more, mut truncated) = (after, false, false);
+    'read: while (schedules.len() as u32) < limit {
+        let want = (limit - schedules.len() as u32).min(state.list_chunk);
+        let rows = state
+            .store
+            .schedule_list(campanile_store::ScheduleList {
+                tenant: caller.tenant,
+                state: st,
+                queue: q.queue.clone(),
+                after: cursor,
+                limit: want,
+            })
+            .await?;
+        more = rows.len() as u32 == want;
+        for r in &rows {
+            let out = ScheduleOut::new(r, campanile_planner::schedules::upcoming(r, now, 5));
+            if !page.fits(&out) {
+                truncated = true;
+                break 'read;
+            }
+            schedules.push(out);
+            cursor = Some(r.id);
+        }
+        if !more {
+            break;
+        }
+    }
+    let next_cursor = (truncated || more)
+        .then(|| cursor.map(|c| c.to_string()))
         .flatten();
-    let schedules = rows
-        .iter()
-        .map(|r| ScheduleOut::new(r, campanile_planner::schedules::upcoming(r, now, 5)))
-        .collect();
     Ok(Json(ScheduleList {
         schedules,
         next_cursor,
+        truncated,
     }))
 }
 
