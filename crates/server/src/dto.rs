@@ -486,13 +486,13 @@ pub struct ScheduleList {
     /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-}
-
     /// Present (and true) when the page holds fewer than `limit` records because the answer
     /// reached its size bound ([`crate::ANSWER_BYTES`], 8 MiB of JSON; always at least one
     /// record): `next_cursor` goes on after the last record given.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+}
+
 /// One attempt of an occurrence.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AttemptOut {
@@ -621,13 +621,13 @@ pub struct OccurrenceList {
     /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-}
-
     /// Present (and true) when the page holds fewer than `limit` records because the answer
     /// reached its size bound ([`crate::ANSWER_BYTES`], 8 MiB of JSON; always at least one
     /// record): `next_cursor` goes on after the last record given.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+}
+
 /// An instant the API takes: RFC 3339 writes years 0000–9999 only, so an instant outside
 /// them (jiff reads `-009000-01-01T00:00:00Z`) is refused rather than stored and echoed in a
 /// form no RFC 3339 client can read.
