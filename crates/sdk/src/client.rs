@@ -153,11 +153,15 @@ pub struct Outcome {
     pub occurrence_id: Uuid,
     /// `accepted` or `conflict`.
     pub outcome: String,
-    /// State after an accepted write; for a `wrong_state` conflict, the state the occurrence
-    /// is in.
+    /// State after an accepted write; for a `wrong_state` or `not_claimed` conflict, the
+    /// state the occurrence is in.
     #[serde(default)]
     pub state: Option<String>,
-    /// For conflicts: the failed check.
+    /// For conflicts: the failed check. `stale_epoch`, `not_owner`, `lease_expired` and
+    /// `not_claimed` (no worker holds the occurrence and this one did not at this epoch: never
+    /// claimed, or released by a redrive) all mean the lease is not this worker's; `wrong_state`
+    /// means this worker's claim of this epoch has ended otherwise (its outcome was written,
+    /// or it was canceled), and `state` says how.
     #[serde(default)]
     pub check: Option<String>,
     /// For conflicts: what happened.

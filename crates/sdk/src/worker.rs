@@ -509,7 +509,9 @@ where
             // epoch can only come from this worker's claim, so the earlier sending was
             // written and only its answer was lost (the connection dropped, say). A failure
             // sent again is not read this way: what a written failure leaves overlaps with
-            // what the sweep of a lapsed lease leaves (docs/DESIGN.md).
+            // what the sweep of a lapsed lease leaves (docs/DESIGN.md). Nor is `not_claimed`,
+            // whatever state it names: this worker did not hold the occurrence at this epoch
+            // (a redrive released it), so it counts as a lost lease, as the other checks do.
             Some(o)
                 if sent_again
                     && matches!(done, Done::Completed)

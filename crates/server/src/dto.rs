@@ -556,9 +556,10 @@ pub struct OccurrenceOut {
     pub state: String,
     /// Fencing epoch of the latest claim.
     pub epoch: i64,
-    /// Current or last worker.
+    /// The worker holding it, while it is `RUNNING`; null in every other state, where no
+    /// worker holds it (`attempts` says who ran it).
     pub owner: Option<String>,
-    /// End of the current or last lease.
+    /// End of the lease it is held under, while it is `RUNNING`; null in every other state.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub lease_until: Option<Timestamp>,
     /// Claims so far.
@@ -582,8 +583,11 @@ pub struct OccurrenceOut {
 }
 
 impl OccurrenceOut {
-    /// From a stored occurrence.
+    /// From a stored occurrence. Owner and lease only while it runs: the store keeps the
+    /// last claim's on a row the sweep took back, a retry waits on or a run ended, and no
+    /// worker holds any of those.
     pub fn new(o: &Occurrence) -> OccurrenceOut {
+        let held = o.state == OccurrenceState::Running;
         OccurrenceOut {
             id: o.id,
             schedule_id: o.schedule_id,
@@ -592,8 +596,8 @@ impl OccurrenceOut {
             available_at: o.available_at,
             state: o.state.as_str().into(),
             epoch: o.epoch,
-            owner: o.owner.clone(),
-            lease_until: o.lease_until,
+            owner: o.owner.clone().filter(|_| held),
+            lease_until: o.lease_until.filter(|_| held),
             attempt_count: o.attempts,
             max_attempts: o.max_attempts,
             cancel_requested: o.cancel_requested,

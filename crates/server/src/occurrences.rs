@@ -460,7 +460,8 @@ pub(crate) struct RenewedOut {
     /// Someone asked to cancel this occurrence: stop before side effects.
     cancel_requested: bool,
     /// When not renewed, why: the failed check, as a refused completion names it
-    /// (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`, `not_found`).
+    /// (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`, `not_claimed`,
+    /// `not_found`).
     #[serde(skip_serializing_if = "Option::is_none")]
     check: Option<&'static str>,
     /// When not renewed, the same in words.
@@ -559,16 +560,20 @@ pub(crate) struct AckOut {
     occurrence_id: OccurrenceId,
     /// `accepted` or `conflict`.
     outcome: &'static str,
-    /// The state after an accepted write; for a `wrong_state` conflict, the state the
-    /// occurrence is in.
+    /// The state after an accepted write; for a `wrong_state` or `not_claimed` conflict, the
+    /// state the occurrence is in.
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<String>,
     /// When a transient failure becomes claimable again.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, format = DateTime)]
     retry_at: Option<Timestamp>,
-    /// For conflicts: the failed check (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`,
-    /// `not_found`).
+    /// For conflicts: the failed check. `stale_epoch`: the occurrence was claimed again since
+    /// (or the epoch was never issued); `not_owner`: it runs under another worker's claim;
+    /// `lease_expired`: the caller's lease has passed; `wrong_state`: the caller's claim of
+    /// this epoch has ended otherwise (its outcome was written, or it was canceled);
+    /// `not_claimed`: no worker holds it (it is not `RUNNING`) and the caller did not hold it
+    /// at this epoch (never claimed, or released by a redrive); `not_found`.
     #[serde(skip_serializing_if = "Option::is_none")]
     check: Option<&'static str>,
     /// For conflicts: what happened, for people.
@@ -591,9 +596,11 @@ fn ack_out(a: &Ack) -> AckOut {
             outcome: "conflict",
             // A `wrong_state` refusal names the state, as a refused single completion does in
             // its `details`: a worker whose report is refused as `SUCCEEDED` at its own epoch
-            // knows its earlier sending was written.
+            // knows its earlier sending was written. A `not_claimed` one names it too.
             state: match c {
-                Conflict::WrongState { state } => Some(state.as_str().into()),
+                Conflict::WrongState { state } | Conflict::NotClaimed { state } => {
+                    Some(state.as_str().into())
+                }
                 _ => None,
             },
             retry_at: None,
@@ -673,7 +680,9 @@ fn failure(class: &str, message: Option<String>) -> Result<Finish, ApiError> {
 }
 
 /// Complete a claimed occurrence. Accepted only from the current owner, with the current
-/// epoch, inside a valid lease; otherwise 409 naming the failed check.
+/// epoch, inside a valid lease; otherwise 409 `lease_conflict` naming the failed check in
+/// `details.check` (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`, `not_claimed`;
+/// see the completions' results).
 #[utoipa::path(post, path = "/v1/occurrences/{id}/complete", tag = "workers", request_body = CompleteInput, params(("id" = String, Path)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn complete(
@@ -697,7 +706,8 @@ pub(crate) async fn complete(
 }
 
 /// Report a failure: `transient` retries with exponential backoff and full jitter while
-/// attempts remain; `permanent` goes to `DEAD`.
+/// attempts remain; `permanent` goes to `DEAD`. Fenced as a completion is (409
+/// `lease_conflict` naming the failed check).
 #[utoipa::path(post, path = "/v1/occurrences/{id}/fail", tag = "workers", request_body = FailInput, params(("id" = String, Path)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn fail(

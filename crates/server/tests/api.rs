@@ -869,6 +869,195 @@ async fn idempotency_key_makes_create_safe_to_retry() {
     );
 }
 
+/// Only a `RUNNING` occurrence shows an owner and a lease. A redriven dead letter shows
+/// neither (its dead attempt stays in `attempts`), and a report or renewal at the dead
+/// attempt's epoch is a 409 whose check is `not_claimed`, not another worker's lease.
+#[tokio::test]
+async fn an_occurrence_no_worker_holds_shows_no_owner_and_refuses_reports_as_not_claimed() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    for _ in 0..2 {
+        let (s, v) = app
+            .call("POST", "/v1/schedules", k, Some(due_now("held")))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    app.plan().await;
+    let (s, c) = app
+        .call(
+            "POST",
+            "/v1/queues/held/claim",
+            k,
+            Some(json!({"worker_id": "w-old", "max": 2, "lease_seconds": 600})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    let claimed = c["occurrences"].as_array().unwrap().clone();
+    assert_eq!(claimed.len(), 2);
+    let (dead, done) = (
+        claimed[0]["id"].as_str().unwrap().to_string(),
+        claimed[1]["id"].as_str().unwrap().to_string(),
+    );
+    let epoch = claimed[0]["epoch"].as_i64().unwrap();
+    let view = |id: &str| {
+        let path = format!("/v1/occurrences/{id}");
+        let app = &app;
+        async move {
+            let (s, v) = app.call("GET", &path, k, None).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            v
+        }
+    };
+    let held = |v: &Value| {
+        (
+            v["state"].as_str().map(str::to_string),
+            v["owner"].clone(),
+            v["lease_until"].is_string(),
+        )
+    };
+
+    // While it runs, the view names its worker and lease.
+    assert_eq!(
+        held(&view(&dead).await),
+        (Some("RUNNING".into()), json!("w-old"), true)
+    );
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{dead}/fail"),
+            k,
+            Some(json!({"worker_id": "w-old", "epoch": epoch, "class": "permanent", "message": "bad"})),
+        )
+        .await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("DEAD")));
+    assert_eq!(
+        held(&view(&dead).await),
+        (Some("DEAD".into()), Value::Null, false)
+    );
+    let (s, v) = app
+        .call("POST", &format!("/v1/occurrences/{dead}/redrive"), k, None)
+        .await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("READY")));
+
+    // Redriven: READY, no owner, no lease; the dead attempt is in its history.
+    let v = view(&dead).await;
+    assert_eq!(held(&v), (Some("READY".into()), Value::Null, false), "{v}");
+    assert_eq!(
+        (v["epoch"].as_i64(), v["attempt_count"].as_u64()),
+        (Some(epoch), Some(0))
+    );
+    assert_eq!(
+        (
+            v["attempts"][0]["worker_id"].as_str(),
+            v["attempts"][0]["outcome"].as_str()
+        ),
+        (Some("w-old"), Some("failed")),
+        "{v}"
+    );
+    let (_, list) = app
+        .call("GET", "/v1/occurrences?state=READY", k, None)
+        .await;
+    let listed = list["occurrences"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{list}");
+    assert_eq!(
+        (&listed[0]["owner"], &listed[0]["lease_until"]),
+        (&Value::Null, &Value::Null)
+    );
+
+    // Reports at the dead attempt's epoch, from its worker or any other: nobody holds it.
+    for (worker, route, body) in [
+        ("w-old", "complete", json!({"result": {"late": true}})),
+        ("w-new", "complete", json!({})),
+        ("w-old", "fail", json!({"class": "transient"})),
+    ] {
+        let mut body = body;
+        body["worker_id"] = json!(worker);
+        body["epoch"] = json!(epoch);
+        let (s, v) = app
+            .call(
+                "POST",
+                &format!("/v1/occurrences/{dead}/{route}"),
+                k,
+                Some(body),
+            )
+            .await;
+        assert_eq!(
+            (
+                s,
+                code(&v),
+                v["details"]["check"].as_str(),
+                v["details"]["state"].as_str()
+            ),
+            (
+                StatusCode::CONFLICT,
+                "lease_conflict",
+                Some("not_claimed"),
+                Some("READY")
+            ),
+            "{worker} {route}: {v}"
+        );
+        let said = v["message"].as_str().unwrap();
+        assert!(!said.contains("held by"), "{said}");
+    }
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/completions",
+            k,
+            Some(json!({"worker_id": "w-old", "items": [{"occurrence_id": dead, "epoch": epoch, "result": {}}]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (
+            v["results"][0]["check"].as_str(),
+            v["results"][0]["state"].as_str()
+        ),
+        (Some("not_claimed"), Some("READY")),
+        "{v}"
+    );
+    let (s, r) = app
+        .call(
+            "POST",
+            "/v1/leases/renew",
+            k,
+            Some(
+                json!({"worker_id": "w-old", "leases": [{"occurrence_id": dead, "epoch": epoch}]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (
+            r["leases"][0]["renewed"].as_bool(),
+            r["leases"][0]["check"].as_str()
+        ),
+        (Some(false), Some("not_claimed"))
+    );
+    assert_eq!(held(&view(&dead).await).0.as_deref(), Some("READY"));
+
+    // A finished run shows no owner or lease either; its attempt names the worker.
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/occurrences/{done}/complete"),
+            k,
+            Some(json!({"worker_id": "w-old", "epoch": claimed[1]["epoch"]})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["state"].as_str()),
+        (StatusCode::OK, Some("SUCCEEDED"))
+    );
+    let v = view(&done).await;
+    assert_eq!(
+        held(&v),
+        (Some("SUCCEEDED".into()), Value::Null, false),
+        "{v}"
+    );
+    assert_eq!(v["attempts"][0]["worker_id"], "w-old");
+}
+
 #[tokio::test]
 async fn the_worker_protocol_over_http() {
     let app = app().await;

@@ -1600,13 +1600,15 @@ pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ac
     let now = resolve_now(c, p.now).await?;
     let id = p.occurrence_id;
     // One statement, so atomic: an externally targeted occurrence goes back to the relay with
-    // its outbox row reopened, never READY on a route nobody reads.
+    // its outbox row reopened, never READY on a route nobody reads. Its owner and lease go: no
+    // worker holds it until it is claimed again (the dead attempt stays in its attempt rows;
+    // `claimed_at` and `ran_until` stay for the overlap history).
     let n: i64 = query(
         c,
         "WITH upd AS (
              UPDATE occurrences SET state = 'READY', attempts = 0, available_at = $3, finished_at = NULL,
                     due_at = CASE WHEN overlap <> 0 THEN $3::int8 END,
-                    cancel_requested = false
+                    cancel_requested = false, owner = NULL, lease_until = NULL
               WHERE id = $1 AND tenant_id = $2 AND state = 'DEAD'
              RETURNING id),
          reopened AS (

@@ -1202,6 +1202,9 @@ pub(crate) fn occurrence_cancel(c: &Connection, p: &OccurrenceCancel, now: i64) 
     })
 }
 
+/// Re-readies a dead letter. Its owner and lease go: no worker holds it until it is claimed
+/// again (the dead attempt stays in its attempt rows; `claimed_at` and `ran_until` stay for
+/// the overlap history).
 pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64) -> R<Ack> {
     let id = p.occurrence_id;
     let rows = c
@@ -1209,7 +1212,7 @@ pub(crate) fn occurrence_redrive(c: &Connection, p: &OccurrenceRedrive, now: i64
             "UPDATE occurrences
                 SET state = 'READY', attempts = 0, available_at = ?3, finished_at = NULL,
                     due_at = CASE WHEN overlap <> 0 THEN ?3 END,
-                    cancel_requested = 0
+                    cancel_requested = 0, owner = NULL, lease_until = NULL
               WHERE id = ?1 AND tenant_id = ?2 AND state = 'DEAD'",
         )
         .and_then(|mut s| s.execute(params![id.0, p.tenant.0, now]))

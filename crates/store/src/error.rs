@@ -17,19 +17,29 @@ pub enum Conflict {
         /// The occurrence's current epoch.
         current: i64,
     },
-    /// The caller is not the current owner.
+    /// The occurrence is `RUNNING` under another worker's claim.
     NotOwner {
         /// The current owner, if any.
         owner: Option<String>,
     },
-    /// The caller's lease has passed (`now >= lease_until`).
+    /// The caller's lease has passed (`now >= lease_until`), whether or not the sweep has
+    /// taken the occurrence back since.
     LeaseExpired {
         /// When the lease ended.
         lease_until: Timestamp,
     },
     /// The occurrence is not in a state the operation applies to (already finished, not
-    /// dead for a redrive, ...).
+    /// dead for a redrive, ...). For a completion, failure or renewal: the caller's own claim
+    /// at this epoch has ended (its report was written, or it was canceled), and the state
+    /// says how.
     WrongState {
+        /// Its current state.
+        state: OccurrenceState,
+    },
+    /// No worker holds the occurrence (it is not `RUNNING`) and the caller never held it at
+    /// this epoch: it was never claimed, a redrive released it, or the claim of this epoch
+    /// was another worker's and has ended.
+    NotClaimed {
         /// Its current state.
         state: OccurrenceState,
     },
@@ -44,6 +54,7 @@ impl Conflict {
             Conflict::NotOwner { .. } => "not_owner",
             Conflict::LeaseExpired { .. } => "lease_expired",
             Conflict::WrongState { .. } => "wrong_state",
+            Conflict::NotClaimed { .. } => "not_claimed",
         }
     }
 }
@@ -71,6 +82,9 @@ impl std::fmt::Display for Conflict {
             Conflict::NotOwner { owner: None } => write!(f, "occurrence has no owner"),
             Conflict::LeaseExpired { lease_until } => write!(f, "lease expired at {lease_until}"),
             Conflict::WrongState { state } => write!(f, "occurrence is {state}"),
+            Conflict::NotClaimed { state } => {
+                write!(f, "no worker holds this occurrence: it is {state}")
+            }
         }
     }
 }

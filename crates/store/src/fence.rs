@@ -1,9 +1,10 @@
 //! The fencing decision, shared by every backend so that they cannot drift apart.
 //!
 //! A backend reads the occurrence's row ([`FenceView`]), asks [`check`] which of the three
-//! checks fails (epoch, owner, lease), and if none does, asks [`plan`] what to write. It then
-//! writes **conditionally** on the same three checks, and the affected-row count is the
-//! acknowledgement — the read is only for the explanation and the plan.
+//! checks fails (epoch, owner, lease) and how to name the refusal, and if none does, asks
+//! [`plan`] what to write. It then writes **conditionally** on the same three checks, and the
+//! affected-row count is the acknowledgement — the read is only for the explanation and the
+//! plan.
 
 use campanile_core::{Backoff, ErrorClass, OccurrenceId, OccurrenceState};
 use jiff::{SignedDuration, Timestamp};
@@ -15,11 +16,11 @@ use crate::{AttemptOutcome, Conflict, Finish, ScheduleState, StoreError};
 pub struct FenceView {
     /// The stored state (`READY` covers not-yet-due).
     pub state: OccurrenceState,
-    /// Current or last owner.
+    /// Current or last owner (none before the first claim, and after a redrive).
     pub owner: Option<String>,
     /// Current epoch.
     pub epoch: i64,
-    /// End of the current or last lease.
+    /// End of the current or last lease (none before the first claim, and after a redrive).
     pub lease_until: Option<i64>,
     /// When it is (or will again be) claimable.
     pub available_at: i64,
@@ -52,6 +53,23 @@ impl FenceView {
         let running = self.state == OccurrenceState::Running;
         claimable_since(running, self.available_at, self.lease_until)
     }
+
+    /// Who made the claim of the current epoch, if it still stands on the row: its owner,
+    /// except for a pending row with no attempt since it was planned or redriven. A redrive
+    /// clears the owner; one made before it did left the dead attempt's owner on the row,
+    /// and that worker holds nothing here either.
+    #[must_use]
+    pub fn claimant(&self) -> Option<&str> {
+        let pending = matches!(
+            self.state,
+            OccurrenceState::Ready | OccurrenceState::RetryWait
+        );
+        if pending && self.attempts == 0 {
+            None
+        } else {
+            self.owner.as_deref()
+        }
+    }
 }
 
 fn ts(ms: i64) -> Result<Timestamp, StoreError> {
@@ -71,6 +89,16 @@ pub fn reported(stored: OccurrenceState, available_at: i64, now: i64) -> Occurre
 
 /// Which check fails for `worker` finishing at `epoch` at `now`, if any.
 ///
+/// The epoch first (`stale_epoch`). A `RUNNING` occurrence is held: by another worker
+/// (`not_owner`), or by the caller, whose lease may have passed (`lease_expired`). Any other
+/// occurrence is held by no worker, and the refusal says whether the caller held it at this
+/// epoch: its lease ran out and the sweep took it back (`lease_expired`), or its claim ended
+/// otherwise — its report was written, or it was canceled (`wrong_state`, naming the state);
+/// else it never held it (`not_claimed`: never claimed, released by a redrive, or another
+/// worker's claim that has ended). So a `wrong_state` refusal always means the caller's own
+/// claim of this epoch, which a worker whose success was written but whose answer was lost
+/// relies on.
+///
 /// # Errors
 ///
 /// [`StoreError::Database`] if a stored instant is out of range.
@@ -86,31 +114,33 @@ pub fn check(
             current: v.epoch,
         }));
     }
-    if v.owner.is_none() && v.state != OccurrenceState::Running {
-        // Never claimed (a claim sets the owner): its state says more than "no owner".
-        return Ok(Some(Conflict::WrongState {
-            state: reported(v.state, v.available_at, now),
-        }));
-    }
-    if v.owner.as_deref() != Some(worker) {
-        return Ok(Some(Conflict::NotOwner {
-            owner: v.owner.clone(),
-        }));
-    }
     let lease_end = v.lease_until.unwrap_or(i64::MIN);
     let expired = lease_end <= now;
-    Ok(match v.state {
-        OccurrenceState::Running if !expired => None,
-        // Still RUNNING past its lease, or already swept back to READY / DEAD.
-        OccurrenceState::Running | OccurrenceState::Ready | OccurrenceState::Dead if expired => {
+    if v.state == OccurrenceState::Running {
+        if v.owner.as_deref() != Some(worker) {
+            return Ok(Some(Conflict::NotOwner {
+                owner: v.owner.clone(),
+            }));
+        }
+        return Ok(if expired {
             Some(Conflict::LeaseExpired {
                 lease_until: ts(lease_end)?,
             })
-        }
-        s => Some(Conflict::WrongState {
-            state: reported(s, v.available_at, now),
-        }),
-    })
+        } else {
+            None
+        });
+    }
+    let state = reported(v.state, v.available_at, now);
+    if v.claimant() != Some(worker) {
+        return Ok(Some(Conflict::NotClaimed { state }));
+    }
+    Ok(Some(match v.state {
+        // Swept back to READY, or DEAD, after its lease ran out.
+        OccurrenceState::Ready | OccurrenceState::Dead if expired => Conflict::LeaseExpired {
+            lease_until: ts(lease_end)?,
+        },
+        _ => Conflict::WrongState { state },
+    }))
 }
 
 /// Why a lease named by `worker` at `epoch` was not renewed, from its row as it is now
@@ -550,9 +580,9 @@ mod plan_tests {
     use super::*;
     use campanile_core::ScheduleId;
 
-    /// A refusal names the actual reason: a report for an occurrence nobody claimed gives its
-    /// state, not "no owner"; an epoch above the current one was never issued, so the
-    /// occurrence was not "re-claimed".
+    /// A refusal names the actual reason: a report for an occurrence nobody claimed says so
+    /// and gives its state, not "no owner"; an epoch above the current one was never issued,
+    /// so the occurrence was not "re-claimed".
     #[test]
     fn refusals_say_what_actually_happened() {
         let mut v = FenceView {
@@ -569,7 +599,7 @@ mod plan_tests {
         let c = check(&v, "w", 0, 10).unwrap();
         assert_eq!(
             c,
-            Some(Conflict::WrongState {
+            Some(Conflict::NotClaimed {
                 state: OccurrenceState::Canceled
             })
         );
@@ -582,6 +612,90 @@ mod plan_tests {
         v.epoch = 3;
         let behind = check(&v, "w", 2, 10).unwrap().unwrap().to_string();
         assert!(behind.contains("re-claimed (epoch 3)"), "{behind}");
+    }
+
+    /// Only a `RUNNING` occurrence is held: a refusal for any other says whether the caller
+    /// held it at this epoch (its lease ran out: `lease_expired`; its claim ended otherwise:
+    /// `wrong_state`) or not (`not_claimed`), never that another worker holds a lease.
+    #[test]
+    fn an_occurrence_no_worker_holds_is_refused_as_not_claimed() {
+        use OccurrenceState::*;
+        let row = |state, owner: Option<&str>, lease_until, attempts| FenceView {
+            state,
+            owner: owner.map(Into::into),
+            epoch: 1,
+            lease_until,
+            available_at: 0,
+            attempts,
+            max_attempts: 3,
+            backoff_initial_ms: 1,
+            backoff_max_ms: 1,
+        };
+        let checks = |v: &FenceView, now| {
+            ["w", "x"].map(|worker| check(v, worker, 1, now).unwrap().map(|c| c.check()))
+        };
+        for (what, v, now, want) in [
+            (
+                "running, w's lease",
+                row(Running, Some("w"), Some(100), 1),
+                10,
+                [None, Some("not_owner")],
+            ),
+            (
+                "running, w's lease passed",
+                row(Running, Some("w"), Some(100), 1),
+                100,
+                [Some("lease_expired"), Some("not_owner")],
+            ),
+            (
+                "redriven (owner and lease cleared)",
+                row(Ready, None, None, 0),
+                10,
+                [Some("not_claimed"), Some("not_claimed")],
+            ),
+            (
+                "redriven, the dead attempt's owner left on the row",
+                row(Ready, Some("w"), Some(100), 0),
+                10,
+                [Some("not_claimed"), Some("not_claimed")],
+            ),
+            (
+                "redriven, the dead attempt's owner and a passed lease left on the row",
+                row(Ready, Some("w"), Some(5), 0),
+                10,
+                [Some("not_claimed"), Some("not_claimed")],
+            ),
+            (
+                "swept back after w's lease ran out",
+                row(Ready, Some("w"), Some(5), 1),
+                10,
+                [Some("lease_expired"), Some("not_claimed")],
+            ),
+            (
+                "w's transient failure written",
+                row(RetryWait, Some("w"), Some(100), 1),
+                10,
+                [Some("wrong_state"), Some("not_claimed")],
+            ),
+            (
+                "w's success written",
+                row(Succeeded, Some("w"), Some(100), 1),
+                10,
+                [Some("wrong_state"), Some("not_claimed")],
+            ),
+            (
+                "swept DEAD after w's lease ran out",
+                row(Dead, Some("w"), Some(5), 3),
+                10,
+                [Some("lease_expired"), Some("not_claimed")],
+            ),
+        ] {
+            assert_eq!(checks(&v, now), want, "{what}");
+        }
+        let c = check(&row(Ready, None, None, 0), "w", 1, 10).unwrap();
+        assert_eq!(c, Some(Conflict::NotClaimed { state: Ready }));
+        let said = c.unwrap().to_string();
+        assert!(!said.contains("held by"), "{said}");
     }
 
     /// A row whose backoff was stored before schedules were checked for it (up to i64::MAX

@@ -96,8 +96,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// cancel flag, which its worker sees on renew.
     async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError>;
 
-    /// Re-readies a `DEAD` occurrence under the same id, with a fresh attempt budget; its
-    /// attempt history is kept.
+    /// Re-readies a `DEAD` occurrence under the same id, with a fresh attempt budget and no
+    /// owner or lease (no worker holds it until it is claimed again: a report at the dead
+    /// attempt's epoch is refused as [`Conflict::NotClaimed`]); its attempt history is kept.
     async fn occurrence_redrive(&self, p: OccurrenceRedrive) -> Result<Ack, StoreError>;
 
     /// The recovery sweep: occurrences whose lease expired go back to `READY`, or to `DEAD`

@@ -273,9 +273,10 @@ pub struct Occurrence {
     pub state: OccurrenceState,
     /// Fencing token of the latest claim (0: never claimed).
     pub epoch: i64,
-    /// Current or last owner.
+    /// Current or last owner (none before the first claim, and after a redrive: no worker
+    /// holds an occurrence that is not `RUNNING`).
     pub owner: Option<String>,
-    /// End of the current or last lease.
+    /// End of the current or last lease (none before the first claim, and after a redrive).
     pub lease_until: Option<Timestamp>,
     /// Claims so far (reset by redrive).
     pub attempts: u32,

@@ -371,6 +371,137 @@ pub fn renew_reports_lost_leases(rt: &Runtime, h: Harness) {
     });
 }
 
+/// No worker holds an occurrence that is not `RUNNING`. A redriven dead letter shows no owner
+/// and no lease (the dead attempt stays in its history), and a report or renewal at the dead
+/// attempt's epoch is refused as `not_claimed` — not as another worker's lease — whether or
+/// not that attempt's lease would still run, and whoever sends it. An occurrence the sweep took
+/// back is refused to its last worker as its lease having expired, and to any other as
+/// `not_claimed`.
+pub fn a_redriven_occurrence_is_held_by_no_worker(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(
+            s,
+            &f,
+            vec![new_occ(&f, "q", secs(0), 5), new_occ(&f, "q", secs(100), 5)],
+        )
+        .await;
+        let c = claim(s, &f, "q", "A", 1, 30, secs(0)).await;
+        assert_eq!((c[0].id, c[0].epoch), (ids[0], 1));
+        let permanent = || Finish::Failed {
+            class: ErrorClass::Permanent,
+            message: "bad payload".into(),
+        };
+        let ack = finish(s, &f, "A", ids[0], 1, permanent(), secs(1)).await;
+        assert_eq!(ack.state, Some(OccurrenceState::Dead));
+        let ack = s
+            .occurrence_redrive(OccurrenceRedrive {
+                tenant: f.tenant,
+                occurrence_id: ids[0],
+                now: Some(secs(2)),
+            })
+            .await
+            .unwrap();
+        assert_eq!((ack.rows, ack.state), (1, Some(OccurrenceState::Ready)));
+
+        // The view: READY, epoch kept, no owner, no lease; the dead attempt in the history.
+        let d = get(s, &f, ids[0], secs(3)).await;
+        let o = &d.occurrence;
+        assert_eq!(
+            (
+                o.state,
+                o.epoch,
+                o.attempts,
+                o.owner.as_deref(),
+                o.lease_until
+            ),
+            (OccurrenceState::Ready, 1, 0, None, None)
+        );
+        assert_eq!(
+            d.attempts
+                .iter()
+                .map(|a| (a.epoch, a.owner.as_str(), a.outcome, a.lease_until))
+                .collect::<Vec<_>>(),
+            vec![(1, "A", AttemptOutcome::Failed, secs(30))]
+        );
+        let listed = schedule_occurrences(s, f.tenant, f.schedule).await;
+        let o = listed.iter().find(|o| o.id == ids[0]).unwrap();
+        assert_eq!((o.owner.as_deref(), o.lease_until), (None, None));
+
+        // Reports at the dead attempt's epoch, inside its old lease and after it.
+        let not_claimed = Some(Conflict::NotClaimed {
+            state: OccurrenceState::Ready,
+        });
+        for (worker, finish_as, now) in [
+            ("A", ok("late"), secs(3)),
+            ("A", permanent(), secs(3)),
+            ("B", ok("stranger"), secs(3)),
+            ("A", ok("later"), secs(40)),
+        ] {
+            let ack = finish(s, &f, worker, ids[0], 1, finish_as, now).await;
+            assert_eq!(
+                (ack.rows, &ack.conflict),
+                (0, &not_claimed),
+                "{worker} at {now}"
+            );
+        }
+        let r = renew(s, f.tenant, "A", ids[0], 1, 30, secs(3)).await;
+        assert_eq!((r.renewed, r.lost), (false, not_claimed.clone()));
+        let d = get(s, &f, ids[0], secs(40)).await;
+        assert_eq!(
+            (d.occurrence.state, d.occurrence.result.as_deref()),
+            (OccurrenceState::Ready, None)
+        );
+
+        // Claimed again, it is held, and its history has both attempts.
+        let c = claim(s, &f, "q", "B", 1, 30, secs(41)).await;
+        assert_eq!((c[0].id, c[0].epoch, c[0].attempt), (ids[0], 2, 1));
+        let o = get(s, &f, ids[0], secs(41)).await.occurrence;
+        assert_eq!(
+            (o.state, o.owner.as_deref(), o.lease_until),
+            (OccurrenceState::Running, Some("B"), Some(secs(71)))
+        );
+        assert!(
+            finish(s, &f, "B", ids[0], 2, ok("redriven"), secs(42))
+                .await
+                .accepted()
+        );
+        let d = get(s, &f, ids[0], secs(42)).await;
+        assert_eq!(
+            d.attempts
+                .iter()
+                .map(|a| (a.epoch, a.owner.as_str(), a.outcome))
+                .collect::<Vec<_>>(),
+            vec![
+                (1, "A", AttemptOutcome::Failed),
+                (2, "B", AttemptOutcome::Succeeded)
+            ]
+        );
+
+        // Taken back by the sweep after A's lease ran out: A's lease expired; B never held it.
+        let c = claim(s, &f, "q", "A", 1, 5, secs(100)).await;
+        assert_eq!((c[0].id, c[0].epoch), (ids[1], 1));
+        let swept = s
+            .lease_sweep(LeaseSweep {
+                limit: 10,
+                now: Some(secs(105)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(swept.requeued, 1);
+        let ack = finish(s, &f, "A", ids[1], 1, ok("late"), secs(106)).await;
+        assert_eq!(
+            ack.conflict,
+            Some(Conflict::LeaseExpired {
+                lease_until: secs(105)
+            })
+        );
+        let ack = finish(s, &f, "B", ids[1], 1, ok("stranger"), secs(106)).await;
+        assert_eq!(ack.conflict, not_claimed);
+    });
+}
+
 /// In a batch, each item is fenced on its own: good items are accepted next to bad ones.
 pub fn batch_finish_fences_each_item(rt: &Runtime, h: Harness) {
     rt.block_on(async {

@@ -45,6 +45,7 @@ macro_rules! conformance_tests {
             a_canceled_run_that_fails_is_not_retried,
             sweep_is_bounded_and_counts_attempts, duplicate_keys_are_ignored,
             tenants_are_isolated, list_filters_and_cursor, renew_reports_lost_leases,
+            a_redriven_occurrence_is_held_by_no_worker,
             claim_orders_by_priority_then_availability, batch_finish_fences_each_item,
             racing_workers_never_overwrite_a_successor, quotas_and_queue_limits_cap_claims,
             backlog_counts_due_unclaimed_work, the_first_shard_count_recorded_is_kept,
