@@ -47,6 +47,29 @@ pub enum CalendarError {
     /// The zone name is not in the system's IANA time zone database.
     #[error("unknown time zone '{0}': expected an IANA zone name such as 'Europe/Paris' or 'UTC'")]
     UnknownZone(String),
+    /// The zone name is refused on purpose: a file path, or a name a zone database holds that
+    /// is not a place's zone (`localtime`, `posixrules`, `Factory`, `posix/…`, `right/…`).
+    #[error(
+        "time zone '{name}' is not accepted: {reason}; expected an IANA zone name such as \
+         'Europe/Paris' or 'UTC'"
+    )]
+    RefusedZone {
+        /// The name as given (cut short if long).
+        name: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// An instant that is not RFC 3339 with an offset within `±23:59`.
+    #[error("'{text}' is not an RFC 3339 instant: {reason}")]
+    InvalidInstant {
+        /// The text as given (cut short if long).
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An instant outside the years RFC 3339 can write.
+    #[error("{0} is outside the years 0000 to 9999 that RFC 3339 instants can write")]
+    InstantOutOfRange(String),
     /// A fixed interval that is zero or negative.
     #[error("interval must be positive, got {0}")]
     NonPositiveInterval(String),

@@ -34,9 +34,11 @@
 mod calendar;
 pub mod cron;
 mod error;
+mod instant;
 mod zone;
 
 pub use calendar::{Calendar, Fire, FireNote, IterAfter};
 pub use cron::{CronExpr, Field};
 pub use error::{CalendarError, echo};
+pub use instant::{parse_instant, writable_instant};
 pub use zone::{DstFold, DstGap, DstPolicy, Zone};

@@ -44,9 +44,8 @@ pub(crate) fn run(args: &PreviewArgs) -> Result<(), CliError> {
     let cal =
         Calendar::cron(&args.cron, &args.tz, dst).map_err(|e| CliError::usage(e.to_string()))?;
     let after = match &args.after {
-        Some(s) => s.parse::<Timestamp>().map_err(|e| {
-            CliError::usage(format!("--after '{s}' is not an RFC 3339 instant: {e}"))
-        })?,
+        Some(s) => campanile_calendar::parse_instant(s)
+            .map_err(|e| CliError::usage(format!("--after: {e}")))?,
         None => Timestamp::now(),
     };
     let mut fires = Vec::new();
@@ -62,7 +61,7 @@ pub(crate) fn run(args: &PreviewArgs) -> Result<(), CliError> {
         let list: Vec<String> = fires.iter().map(|f| format_utc(f.at)).collect();
         println!("{}", serde_json::Value::from(list));
     } else {
-        print!("{}", table(&cal, &args.tz, dst, &fires));
+        print!("{}", table(&cal, dst, &fires));
     }
     Ok(())
 }
@@ -72,7 +71,7 @@ fn format_utc(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn table(cal: &Calendar, zone_arg: &str, dst: DstPolicy, fires: &[Fire]) -> String {
+fn table(cal: &Calendar, dst: DstPolicy, fires: &[Fire]) -> String {
     let Calendar::Cron { zone, .. } = cal else {
         return String::new();
     };
@@ -83,7 +82,7 @@ fn table(cal: &Calendar, zone_arg: &str, dst: DstPolicy, fires: &[Fire]) -> Stri
         "{:>4}  {:<20}  {:<32}  note",
         "#",
         "UTC",
-        format!("local ({zone_arg})")
+        format!("local ({})", zone.name())
     );
     for (i, f) in fires.iter().enumerate() {
         let local =

@@ -105,11 +105,13 @@ pub struct ScheduleInput {
     /// IANA zone for `cron` (default UTC).
     pub timezone: Option<String>,
     /// One-off instant (RFC 3339).
+    #[serde(default, deserialize_with = "opt_instant")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub at: Option<Timestamp>,
     /// Fixed interval, e.g. `"90s"`, `"1h 30m"` or `"PT15M"`.
     pub every: Option<String>,
     /// First instant of an `every` series (default: now).
+    #[serde(default, deserialize_with = "opt_instant")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub anchor: Option<Timestamp>,
     /// Any JSON, handed to workers on claim exactly as sent (numbers of any size and
@@ -192,9 +194,15 @@ impl ScheduleInput {
         }
         let timing = if let Some(expr) = &self.cron {
             let dst = DstDto::policy(self.dst.as_ref())?;
+            // Stored as the zone database spells it (`utc` is `UTC`), once checked.
+            let zone = match &self.timezone {
+                Some(name) => campanile_calendar::Zone::get(name)
+                    .map_err(|e| ApiError::invalid(e.to_string()))?,
+                None => campanile_calendar::Zone::utc(),
+            };
             Timing::Cron {
                 expr: expr.clone(),
-                timezone: self.timezone.clone().unwrap_or_else(|| "UTC".into()),
+                timezone: zone.name().to_string(),
                 dst_gap: dst.gap,
                 dst_fold: dst.fold,
             }
@@ -636,14 +644,18 @@ pub struct OccurrenceList {
 /// them (jiff reads `-009000-01-01T00:00:00Z`) is refused rather than stored and echoed in a
 /// form no RFC 3339 client can read.
 pub fn rfc3339_instant(name: &str, t: Timestamp) -> Result<Timestamp, ApiError> {
-    let year = t.to_zoned_datetime(jiff::tz::TimeZone::UTC).year();
-    if (0..=9999).contains(&year) {
-        Ok(t)
-    } else {
-        Err(ApiError::invalid(format!(
-            "{name} {t} is outside the years 0000 to 9999 that RFC 3339 instants can write"
-        )))
-    }
+    campanile_calendar::writable_instant(t).map_err(|e| ApiError::invalid(format!("{name} {e}")))
+}
+
+/// An optional instant in a request body, read by [`campanile_calendar::parse_instant`] (RFC
+/// 3339, offsets within ±23:59) rather than by jiff alone: refused, it is a 422 naming the
+/// field.
+pub(crate) fn opt_instant<'de, D: serde::Deserializer<'de>>(
+    de: D,
+) -> Result<Option<Timestamp>, D::Error> {
+    Option::<String>::deserialize(de)?
+        .map(|text| campanile_calendar::parse_instant(&text).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 /// Stored JSON (a payload, a result) as it was sent: numbers keep every digit (parsed into a

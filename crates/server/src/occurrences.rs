@@ -65,13 +65,7 @@ pub(crate) struct ListQuery {
 }
 
 fn instant(name: &str, s: &str) -> Result<Timestamp, ApiError> {
-    let t = s.parse().map_err(|e| {
-        ApiError::invalid(format!(
-            "{name} '{}' is not an RFC 3339 instant: {e}",
-            campanile_calendar::echo(s)
-        ))
-    })?;
-    crate::dto::rfc3339_instant(name, t)
+    campanile_calendar::parse_instant(s).map_err(|e| ApiError::invalid(format!("{name}: {e}")))
 }
 
 /// Occurrences by schedule, state and planned-time range, in planned order.

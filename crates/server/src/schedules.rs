@@ -399,6 +399,7 @@ pub(crate) struct PreviewInput {
     /// DST options.
     dst: Option<DstDto>,
     /// Fire times after this instant (default now).
+    #[serde(default, deserialize_with = "crate::dto::opt_instant")]
     #[schema(value_type = Option<String>, format = DateTime)]
     after: Option<Timestamp>,
     /// How many (1–1000, default 10).

@@ -2822,3 +2822,128 @@ async fn lists_of_large_payloads_are_bounded_pages() {
     assert_eq!(seen, created);
     assert!(pages >= 2, "{pages} pages");
 }
+
+#[tokio::test]
+async fn zone_names_are_iana_names_and_offsets_stay_within_a_day() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let refused = |v: &Value, needle: &str| {
+        assert_eq!(code(v), "validation_failed", "{v}");
+        assert!(
+            v["message"].as_str().unwrap_or("").contains(needle),
+            "{needle}: {v}"
+        );
+    };
+    // The host's own zone, the database's files that are not a place's zone, and file paths:
+    // refused on create, update and preview alike.
+    for zone in [
+        "localtime",
+        "Factory",
+        "posixrules",
+        "/etc/localtime",
+        "../../etc/localtime",
+        "right/UTC",
+        "Etc/Unknown",
+    ] {
+        let (s, v) = app
+            .call(
+                "POST",
+                "/v1/schedules",
+                k,
+                Some(json!({"queue": "q", "cron": "0 1 * * *", "timezone": zone})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{zone}: {v}");
+        refused(&v, zone);
+        let (s, v) = app
+            .call(
+                "POST",
+                "/v1/schedules/preview",
+                k,
+                Some(json!({"cron": "0 1 * * *", "timezone": zone})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{zone}: {v}");
+        refused(&v, zone);
+    }
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            k,
+            Some(json!({"queue": "q", "cron": "0 1 * * *", "timezone": "utc"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["timezone"], "UTC", "stored in the database's spelling");
+    let id = v["id"].as_str().unwrap().to_string();
+    let (s, v) = app
+        .call(
+            "PATCH",
+            &format!("/v1/schedules/{id}"),
+            k,
+            Some(json!({"version": 1, "queue": "q", "cron": "0 1 * * *", "timezone": "localtime"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    refused(&v, "localtime");
+    let (s, v) = app
+        .call(
+            "PATCH",
+            &format!("/v1/schedules/{id}"),
+            k,
+            Some(
+                json!({"version": 1, "queue": "q", "cron": "0 1 * * *", "timezone": "us/eastern"}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["schedule"]["timezone"], "US/Eastern");
+
+    // An offset of 25 hours: jiff reads it, RFC 3339 has none.
+    let far = "2030-01-01T00:00:00+25:00";
+    for (method, path, body) in [
+        (
+            "POST",
+            "/v1/schedules",
+            Some(json!({"queue": "q", "at": far})),
+        ),
+        (
+            "POST",
+            "/v1/schedules",
+            Some(json!({"queue": "q", "every": "1h", "anchor": far})),
+        ),
+        (
+            "POST",
+            "/v1/schedules/preview",
+            Some(json!({"cron": "0 1 * * *", "after": far})),
+        ),
+        (
+            "GET",
+            "/v1/occurrences?from=2030-01-01T00:00:00%2B25:00",
+            None,
+        ),
+        ("GET", "/v1/occurrences?to=2030-01-01T00:00:00-25:00", None),
+        (
+            "GET",
+            &format!("/v1/schedules/{id}/occurrences/2030-01-01T00:00:00%2B25:00"),
+            None,
+        ),
+    ] {
+        let (s, v) = app.call(method, path, k, body.clone()).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path} {body:?}: {v}");
+        refused(&v, "25:00");
+        refused(&v, "23:59");
+    }
+    // Within a day, it is read.
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            k,
+            Some(json!({"queue": "q", "at": "2030-01-01T00:00:00+23:59"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["at"], "2029-12-31T00:01:00Z");
+}
