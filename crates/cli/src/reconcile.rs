@@ -25,10 +25,10 @@ pub(crate) struct ReconcileArgs {
     #[arg(long)]
     schedule: Option<uuid::Uuid>,
     /// Start of the range, RFC 3339 (e.g. 2026-11-29T00:00:00Z) [default: 24 hours before --to].
-    #[arg(long)]
+    #[arg(long, value_parser = campanile_calendar::parse_instant)]
     from: Option<Timestamp>,
     /// End of the range (exclusive), RFC 3339 [default: now, by the database's clock].
-    #[arg(long)]
+    #[arg(long, value_parser = campanile_calendar::parse_instant)]
     to: Option<Timestamp>,
     /// At most this many expected instants per schedule; a schedule with more is reconciled
     /// up to where the limit is reached, and the report says so.
@@ -57,7 +57,7 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
     if !db::is_postgres(&args.database) && !std::path::Path::new(&args.database).exists() {
         return Err(CliError::usage(format!(
             "no database at {}: give the path of an existing SQLite file or a postgres:// URL",
-            args.database
+            db::redact(&args.database)
         )));
     }
     crate::block_on(async move {

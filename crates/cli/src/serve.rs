@@ -212,7 +212,8 @@ async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {
         std::io::stdout().lock(),
         "First start: created tenant \"default\". Its API key, shown only this once:\n\n    \
          {key}\n\nUse it as: Authorization: Bearer <key>. More tenants: campanile tenant create \
-         NAME --database {database}\n"
+         NAME --database {}\n",
+        db::redact(database)
     );
     Ok(())
 }

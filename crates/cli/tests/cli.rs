@@ -335,3 +335,103 @@ fn tenant_and_key_admin() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `campanile` with `args`, killed if it has not exited within 60 s.
+fn campanile_within_a_minute(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn database_passwords_are_never_shown() {
+    // Nothing listens on port 1: every command fails to connect and says where it tried.
+    let url = "postgres://user:pw@127.0.0.1:1/db?password=pw2";
+    let commands: [&[&str]; 6] = [
+        &["migrate", "--database", url],
+        &["tenant", "list", "--database", url],
+        &["tenant", "create", "acme", "--database", url],
+        &["key", "create", "--admin", "--database", url],
+        &["reconcile", "--tenant", "acme", "--database", url],
+        &["serve", "--listen", "127.0.0.1:0", "--database", url],
+    ];
+    for args in commands {
+        let o = campanile_within_a_minute(args);
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("127.0.0.1:1"), "{args:?}: {err}");
+        for secret in ["pw2", "pw"] {
+            assert!(
+                !out.contains(secret) && !err.contains(secret),
+                "{args:?} shows {secret}: {out}{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn zone_names_and_offsets_are_checked_on_the_command_line() {
+    for (args, needle) in [
+        (
+            &["preview", "--cron", "0 1 * * *", "--tz", "localtime"][..],
+            "localtime",
+        ),
+        (
+            &["preview", "--cron", "0 1 * * *", "--tz", "Factory"],
+            "Factory",
+        ),
+        (
+            &["preview", "--cron", "0 1 * * *", "--tz", "/etc/localtime"],
+            "/etc/localtime",
+        ),
+        (
+            &[
+                "preview",
+                "--cron",
+                "0 1 * * *",
+                "--after",
+                "2030-01-01T00:00:00+25:00",
+            ],
+            "23:59",
+        ),
+        (
+            &[
+                "reconcile",
+                "--tenant",
+                "acme",
+                "--from",
+                "2030-01-01T00:00:00+25:00",
+            ],
+            "23:59",
+        ),
+    ] {
+        let o = campanile(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(stdout(&o).is_empty(), "{args:?}");
+    }
+    let o = campanile(&[
+        "preview",
+        "--cron",
+        "0 1 * * *",
+        "--tz",
+        "utc",
+        "--count",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("UTC"), "{}", stdout(&o));
+}

@@ -144,8 +144,32 @@ pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
     .map_err(db_err)
 }
 
+/// Creates the database file, if there is none, readable and writable by its owner only
+/// (mode 0600): it holds API key hashes and every payload. SQLite gives its `-wal` and `-shm`
+/// files the main file's mode. A file that exists keeps its mode; a name SQLite does not read
+/// as a file path (`:memory:`, a `file:` URI) is left to SQLite, as is any failure here (SQLite
+/// then reports its own).
+fn create_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = path.as_os_str();
+        let special =
+            name.is_empty() || name == ":memory:" || name.as_encoded_bytes().starts_with(b"file:");
+        if !special {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    /// Opens (creating if needed, mode 0600 on Unix) the database at `path` and applies pending migrations.
     ///
     /// # Errors
     ///
@@ -172,6 +196,7 @@ impl SqliteStore {
                 opts.wal_restart_pages
             )));
         }
+        create_private(&path);
         let mut conn = Connection::open(&path).map_err(db_err)?;
         configure(&conn)?;
         migrate::apply(&mut conn)?;
