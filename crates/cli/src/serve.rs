@@ -332,7 +332,7 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         .with_liveness(campanile_relay::Liveness(Arc::new(move || {
             planner.is_live()
         })));
-        tracing::info!(nats = %url, "relaying external targets to NATS JetStream");
+        tracing::info!(nats = %db::redact(&url), "relaying external targets to NATS JetStream");
         campanile_relay::spawn(relay)
     });
     let cfg = ServerConfig {
