@@ -17,6 +17,7 @@ use crate::{ApiError, AppState, ErrorBody};
 #[serde(deny_unknown_fields)]
 pub(crate) struct TenantInput {
     /// Unique name: 1-64 letters, digits, `-`, `_` or `.`.
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
     name: String,
 }
 
@@ -37,6 +38,7 @@ pub(crate) struct TenantOut {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClassInput {
     /// 1-32 lower-case letters, digits, `-` or `_`; at most 16 distinct classes in all.
+    #[schema(min_length = 1, max_length = 32, pattern = r"^[a-z0-9_-]{1,32}$")]
     class: String,
 }
 
@@ -138,7 +140,7 @@ pub(crate) async fn list_tenants(
 }
 
 /// Issue another API key for a tenant.
-#[utoipa::path(post, path = "/v1/admin/tenants/{name}/keys", tag = "admin", params(("name" = String, Path)),
+#[utoipa::path(post, path = "/v1/admin/tenants/{name}/keys", tag = "admin", params(("name" = String, Path, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")),
     responses((status = 201, body = KeyOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn create_key(
     State(state): State<AppState>,
@@ -159,7 +161,7 @@ pub(crate) async fn create_key(
 /// Put a tenant in a class: the `tenant_class` label of its schedule-lag and claim-lag
 /// histograms (nodes pick a change up within 30 s). Classes keep the metrics' cardinality
 /// bounded: at most 16 distinct classes across all tenants.
-#[utoipa::path(put, path = "/v1/admin/tenants/{name}/class", tag = "admin", params(("name" = String, Path)),
+#[utoipa::path(put, path = "/v1/admin/tenants/{name}/class", tag = "admin", params(("name" = String, Path, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")),
     request_body = ClassInput,
     responses((status = 200, body = TenantOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn set_class(

@@ -16,31 +16,156 @@ use crate::ApiError;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MisfireDto {
-    /// `skip` (default), `fire_once` or `catchup`.
+    /// `skip` (default), `fire_once` or `catchup`, in either case.
+    #[schema(schema_with = misfire_policy)]
     pub policy: String,
-    /// Lateness beyond which an instant counts as missed (default 60).
+    /// Lateness beyond which an instant counts as missed (0–31622400, default 60).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 31_622_400)]
     pub max_lateness_seconds: Option<i64>,
-    /// For `catchup`: how many late instants run at most.
+    /// For `catchup` (and only for it; required there): how many late instants run at most
+    /// (1–10000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10_000)]
     pub catchup_max: Option<u32>,
-    /// For `catchup`: spacing between catch-up runs in milliseconds (default 1000).
+    /// For `catchup` only: spacing between catch-up runs in milliseconds (0–86400000, default
+    /// 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 86_400_000)]
     pub catchup_interval_ms: Option<i64>,
+}
+
+/// A string schema that takes one of `names` (and null, when `optional`): how the document
+/// states what an enumerated field accepts.
+fn names(description: &str, names: &[&str], optional: bool) -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let (ty, none): (SchemaType, Option<serde_json::Value>) = if optional {
+        (
+            [Type::String, Type::Null].into_iter().collect(),
+            Some(serde_json::Value::Null),
+        )
+    } else {
+        (SchemaType::new(Type::String), None)
+    };
+    ObjectBuilder::new()
+        .schema_type(ty)
+        .description(Some(description))
+        .enum_values(Some(
+            names
+                .iter()
+                .map(|n| serde_json::Value::from(*n))
+                .chain(none),
+        ))
+        .build()
+}
+
+fn misfire_policy() -> utoipa::openapi::Object {
+    names(
+        "`skip` (default), `fire_once` or `catchup`, in either case.",
+        &[
+            "skip",
+            "fire_once",
+            "catchup",
+            "SKIP",
+            "FIRE_ONCE",
+            "CATCHUP",
+        ],
+        false,
+    )
+}
+
+fn overlap_policy() -> utoipa::openapi::Object {
+    names(
+        "`ALLOW` (default), `SKIP_IF_RUNNING` or `QUEUE_ONE`, in either case; a NATS target \
+         takes `ALLOW` only.",
+        &[
+            "ALLOW",
+            "SKIP_IF_RUNNING",
+            "QUEUE_ONE",
+            "allow",
+            "skip_if_running",
+            "queue_one",
+        ],
+        true,
+    )
+}
+
+fn dst_gap() -> utoipa::openapi::Object {
+    names(
+        "`skip` (default) or `shift`, in either case.",
+        &["skip", "shift", "SKIP", "SHIFT"],
+        true,
+    )
+}
+
+fn dst_fold() -> utoipa::openapi::Object {
+    names(
+        "`once` (default) or `twice`, in either case.",
+        &["once", "twice", "ONCE", "TWICE"],
+        true,
+    )
+}
+
+fn target_type() -> utoipa::openapi::Object {
+    names(
+        "`nats` (a NATS JetStream subject; the only external target so far).",
+        &["nats"],
+        false,
+    )
+}
+
+/// `transient` or `permanent` (`FailInput.class`, `FailureIn.class`).
+pub(crate) fn error_class() -> utoipa::openapi::Object {
+    names(
+        "`transient` (retried with backoff while attempts remain) or `permanent` (dead letter).",
+        &["transient", "permanent"],
+        false,
+    )
+}
+
+/// A schedule state filter, in either case.
+pub(crate) fn schedule_state() -> utoipa::openapi::Object {
+    names(
+        "Only schedules in this state: `ACTIVE`, `PAUSED`, `CANCELED` or `FINISHED`, in either \
+         case.",
+        &[
+            "ACTIVE", "PAUSED", "CANCELED", "FINISHED", "active", "paused", "canceled", "finished",
+        ],
+        true,
+    )
+}
+
+/// An occurrence state filter, in either case.
+pub(crate) fn occurrence_state() -> utoipa::openapi::Object {
+    let all: Vec<String> = OccurrenceState::ALL
+        .iter()
+        .map(|s| s.as_str().to_string())
+        .collect();
+    let lower: Vec<String> = all.iter().map(|s| s.to_ascii_lowercase()).collect();
+    let both: Vec<&str> = all.iter().chain(&lower).map(String::as_str).collect();
+    names(
+        "Only occurrences in this state, in either case.",
+        &both,
+        true,
+    )
 }
 
 /// Retry policy.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryDto {
-    /// Claims allowed per occurrence (default 3).
+    /// Claims allowed per occurrence (1–1000, default 3).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_attempts: Option<u32>,
-    /// First backoff ceiling, ms (default 1000).
+    /// First backoff ceiling, ms (default 1000); at most `backoff_max_ms`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2_592_000_000_i64)]
     pub backoff_initial_ms: Option<i64>,
-    /// Largest backoff ceiling, ms (default 60000).
+    /// Largest backoff ceiling, ms (default 60000; at most 2592000000, 30 days); at least
+    /// `backoff_initial_ms` (so below 1000 only with a `backoff_initial_ms` as low).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2_592_000_000_i64)]
     pub backoff_max_ms: Option<i64>,
 }
 
@@ -48,11 +173,13 @@ pub struct RetryDto {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DstDto {
-    /// `skip` (default) or `shift`.
+    /// `skip` (default) or `shift`, in either case.
     #[serde(default)]
+    #[schema(schema_with = dst_gap)]
     pub gap: Option<String>,
-    /// `once` (default) or `twice`.
+    /// `once` (default) or `twice`, in either case.
     #[serde(default)]
+    #[schema(schema_with = dst_fold)]
     pub fold: Option<String>,
 }
 
@@ -82,33 +209,58 @@ impl DstDto {
 pub struct TargetDto {
     /// `nats` (a NATS JetStream subject; the only external target so far).
     #[serde(rename = "type")]
+    #[schema(schema_with = target_type)]
     pub kind: String,
-    /// The subject to publish to (literal, no wildcards); a stream must take it.
+    /// The subject to publish to: literal (no `*` or `>`), dot-separated non-empty tokens
+    /// without whitespace or control characters, 1 to 190 bytes of UTF-8; a stream must take
+    /// it.
+    #[schema(
+        min_length = 1,
+        max_length = 190,
+        pattern = r"^[^.\s*>]+(\.[^.\s*>]+)*$"
+    )]
     pub subject: String,
 }
 
 /// A schedule definition, as created (`POST /v1/schedules`) or replaced (`PATCH`, with
-/// `version`).
+/// `version`). Give `queue` or `target`, not both, and exactly one of `cron`, `at` or
+/// `every`; `timezone` and `dst` go with `cron` only, `anchor` with `every` only. The document
+/// shows it as `ScheduleCreate` (no `version`) and `ScheduleUpdate` (`version` required).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleInput {
-    /// For `PATCH`: the version the caller read.
+    /// For `PATCH`, required there: the version the caller read. Refused on create.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub version: Option<u32>,
-    /// Target queue (per tenant); give either this or `target`.
+    /// Target queue (per tenant); give either this or `target`. 1 to 200 bytes of UTF-8,
+    /// printable (no control or invisible format characters), not starting with `$` (reserved)
+    /// and neither starting nor ending with whitespace.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\s$](.*\S)?$")]
     pub queue: Option<String>,
     /// An external target instead of a queue: the relay publishes each occurrence to it,
-    /// with the occurrence id as the broker's de-duplication id.
+    /// with the occurrence id as the broker's de-duplication id. Refused by a deployment that
+    /// relays to no NATS server.
     pub target: Option<TargetDto>,
     /// Cron expression (5 or 6 fields, or a macro).
+    #[schema(min_length = 1)]
     pub cron: Option<String>,
-    /// IANA zone for `cron` (default UTC).
+    /// IANA zone for `cron` (default UTC): a name of the zone database (or one of its links),
+    /// in any ASCII case; not `localtime`, `posixrules`, `Factory`, a `posix/` or `right/`
+    /// name, or a file path.
+    #[schema(
+        min_length = 1,
+        pattern = r"^[A-Za-z][A-Za-z0-9._+-]*(/[A-Za-z][A-Za-z0-9._+-]*)*$"
+    )]
     pub timezone: Option<String>,
-    /// One-off instant (RFC 3339).
+    /// One-off instant (RFC 3339, from 1970 on), not further in the past than the misfire
+    /// policy's `max_lateness_seconds` unless the policy runs late instants.
     #[serde(default, deserialize_with = "opt_instant")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub at: Option<Timestamp>,
-    /// Fixed interval, e.g. `"90s"`, `"1h 30m"` or `"PT15M"`.
+    /// Fixed interval of at least one second, in hours, minutes and seconds, e.g. `"90s"`,
+    /// `"1h 30m"` or `"PT15M"` (no days: a time of day in a zone is a cron schedule).
+    #[schema(min_length = 1)]
     pub every: Option<String>,
     /// First instant of an `every` series (default: now).
     #[serde(default, deserialize_with = "opt_instant")]
@@ -128,6 +280,7 @@ pub struct ScheduleInput {
     /// What to do with late instants.
     pub misfire: Option<MisfireDto>,
     /// `ALLOW` (default), `SKIP_IF_RUNNING` or `QUEUE_ONE`.
+    #[schema(schema_with = overlap_policy)]
     pub overlap: Option<String>,
     /// Flexible window in seconds (default 0: strict).
     #[schema(minimum = 0, maximum = 86400)]

@@ -206,7 +206,11 @@ fn metrics_handle() -> PrometheusHandle {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Campanile", description = "Multi-tenant job scheduler: schedules, occurrences and the fenced worker protocol."),
+    info(title = "Campanile", description = "Multi-tenant job scheduler: schedules, occurrences and the fenced worker protocol.\n\n\
+        Every constraint the server enforces on input is stated here (`minLength`, `maxLength`, `pattern`, `enum`, `minimum`, \
+        `maximum`, `format`, `minItems`, `maxItems`); rules that tie fields together, and lengths counted in bytes of UTF-8, \
+        are in the descriptions. Integers are written as JSON integers, without a fraction or an exponent (`30`, not `30.0` \
+        or `3e1`): JSON Schema counts `30.0` as an integer, the server refuses it."),
     paths(
         schedules::create, schedules::list, schedules::get, schedules::update, schedules::pause, schedules::resume,
         schedules::cancel, schedules::preview,
@@ -215,7 +219,7 @@ fn metrics_handle() -> PrometheusHandle {
         admin::create_tenant, admin::list_tenants, admin::create_key, admin::set_class,
         healthz, readyz
     ),
-    modifiers(&BearerAuth, &CommonResponses),
+    modifiers(&BearerAuth, &CommonResponses, &ScheduleBodies),
     security(("bearer" = []))
 )]
 struct ApiDoc;
@@ -230,6 +234,63 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// `POST /v1/schedules` and `PATCH /v1/schedules/{id}` take the same definition
+/// ([`dto::ScheduleInput`]) but not the same `version`: refused on create, required on update.
+/// The document shows the two bodies as they are: `ScheduleCreate` without `version`,
+/// `ScheduleUpdate` with it required.
+struct ScheduleBodies;
+
+impl utoipa::Modify for ScheduleBodies {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::Schema;
+        use utoipa::openapi::{Ref, RefOr};
+        let Some(components) = doc.components.as_mut() else {
+            return;
+        };
+        let Some(RefOr::T(Schema::Object(input))) = components.schemas.remove("ScheduleInput")
+        else {
+            return;
+        };
+        let mut create = input.clone();
+        create.properties.remove("version");
+        create.description = input
+            .description
+            .as_ref()
+            .map(|d| format!("{d}\n\nAs created: without `version`."));
+        let mut update = input;
+        update.required.push("version".into());
+        update.description = update
+            .description
+            .map(|d| format!("{d}\n\nAs replaced: with the `version` read."));
+        components
+            .schemas
+            .insert("ScheduleCreate".into(), RefOr::T(Schema::Object(create)));
+        components
+            .schemas
+            .insert("ScheduleUpdate".into(), RefOr::T(Schema::Object(update)));
+        let bodies = [
+            ("/v1/schedules", "ScheduleCreate"),
+            ("/v1/schedules/{id}", "ScheduleUpdate"),
+        ];
+        for (path, name) in bodies {
+            let Some(item) = doc.paths.paths.get_mut(path) else {
+                continue;
+            };
+            let op = if name == "ScheduleCreate" {
+                item.post.as_mut()
+            } else {
+                item.patch.as_mut()
+            };
+            let content = op
+                .and_then(|op| op.request_body.as_mut())
+                .and_then(|b| b.content.get_mut("application/json"));
+            if let Some(content) = content {
+                content.schema = Some(RefOr::Ref(Ref::from_schema_name(name)));
+            }
+        }
     }
 }
 

@@ -50,17 +50,25 @@ fn check_worker(worker_id: &str) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// Only this schedule.
+    #[param(value_type = Option<String>, format = Uuid)]
     schedule_id: Option<String>,
-    /// Only this state (`MISSED`, `DEAD`, `SKIPPED_OVERLAP`, …).
+    /// Only this state (`MISSED`, `DEAD`, `SKIPPED_OVERLAP`, …), in either case.
+    #[param(schema_with = crate::dto::occurrence_state)]
     state: Option<String>,
-    /// `scheduled_for >= from` (RFC 3339).
+    /// `scheduled_for >= from` (RFC 3339); not after `to`.
+    #[param(value_type = Option<String>, format = DateTime)]
     from: Option<String>,
     /// `scheduled_for < to` (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
     to: Option<String>,
     /// Page size (1–1000, default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
-    /// From the previous page's `next_cursor`.
+    /// From the previous page's `next_cursor` (`<milliseconds>_<occurrence id>`).
+    #[param(
+        min_length = 1,
+        pattern = r"^-?[0-9]{1,16}_[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     cursor: Option<String>,
 }
 
@@ -173,7 +181,7 @@ async fn get_by(
 }
 
 /// One occurrence with its attempts, result and version.
-#[utoipa::path(get, path = "/v1/occurrences/{id}", operation_id = "get_occurrence", tag = "occurrences", params(("id" = String, Path)),
+#[utoipa::path(get, path = "/v1/occurrences/{id}", operation_id = "get_occurrence", tag = "occurrences", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = OccurrenceOut), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
@@ -192,7 +200,7 @@ pub(crate) async fn get(
 
 /// One occurrence addressed by its schedule and planned instant (the highest version).
 #[utoipa::path(get, path = "/v1/schedules/{id}/occurrences/{scheduled_for}", tag = "occurrences",
-    params(("id" = String, Path), ("scheduled_for" = String, Path, description = "RFC 3339")),
+    params(("id" = String, Path, format = Uuid), ("scheduled_for" = String, Path, format = DateTime, description = "RFC 3339")),
     responses((status = 200, body = OccurrenceOut), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_planned(
     State(state): State<AppState>,
@@ -217,7 +225,13 @@ pub(crate) async fn get_planned(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClaimInput {
-    /// Who claims; completions must come from the same id.
+    /// Who claims; completions must come from the same id. Not blank, at most 200 bytes of
+    /// UTF-8, no NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     worker_id: String,
     /// At most this many (1–1000, default 1).
     #[schema(minimum = 1, maximum = 1000)]
@@ -278,7 +292,8 @@ pub(crate) struct ClaimOut {
 }
 
 /// Claim due occurrences of one of the tenant's queues.
-#[utoipa::path(post, path = "/v1/queues/{queue}/claim", tag = "workers", request_body = ClaimInput, params(("queue" = String, Path)),
+#[utoipa::path(post, path = "/v1/queues/{queue}/claim", tag = "workers", request_body = ClaimInput, params(("queue" = String, Path, min_length = 1, max_length = 200, pattern = r"^[^$\u0000][^\u0000]*$",
+        description = "The tenant's queue: 1 to 200 bytes of UTF-8, not starting with `$` (the relay's), no NUL")),
     responses((status = 200, body = ClaimOut), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub(crate) async fn claim(
     State(state): State<AppState>,
@@ -428,9 +443,15 @@ pub(crate) struct LeaseIn {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RenewInput {
-    /// The owner.
+    /// The owner (as it claimed).
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     worker_id: String,
     /// Leases to extend (up to 1000).
+    #[schema(max_items = 1000)]
     leases: Vec<LeaseIn>,
     /// New lease length from now (1–86400); absent, each occurrence's schedule's
     /// `lease_seconds` (default 30).
@@ -523,7 +544,12 @@ pub(crate) async fn renew(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompleteInput {
-    /// The owner.
+    /// The owner (as it claimed).
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     worker_id: String,
     /// Epoch of the claim.
     epoch: i64,
@@ -536,13 +562,20 @@ pub(crate) struct CompleteInput {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FailInput {
-    /// The owner.
+    /// The owner (as it claimed).
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     worker_id: String,
     /// Epoch of the claim.
     epoch: i64,
     /// `transient` (retried with backoff) or `permanent` (dead letter).
+    #[schema(schema_with = crate::dto::error_class)]
     class: String,
-    /// What went wrong.
+    /// What went wrong (at most 10000 bytes of UTF-8).
+    #[schema(max_length = 10_000)]
     message: Option<String>,
 }
 
@@ -677,7 +710,7 @@ fn failure(class: &str, message: Option<String>) -> Result<Finish, ApiError> {
 /// epoch, inside a valid lease; otherwise 409 `lease_conflict` naming the failed check in
 /// `details.check` (`stale_epoch`, `not_owner`, `lease_expired`, `wrong_state`, `not_claimed`;
 /// see the completions' results).
-#[utoipa::path(post, path = "/v1/occurrences/{id}/complete", tag = "workers", request_body = CompleteInput, params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/occurrences/{id}/complete", tag = "workers", request_body = CompleteInput, params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn complete(
     State(state): State<AppState>,
@@ -702,7 +735,7 @@ pub(crate) async fn complete(
 /// Report a failure: `transient` retries with exponential backoff and full jitter while
 /// attempts remain; `permanent` goes to `DEAD`. Fenced as a completion is (409
 /// `lease_conflict` naming the failed check).
-#[utoipa::path(post, path = "/v1/occurrences/{id}/fail", tag = "workers", request_body = FailInput, params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/occurrences/{id}/fail", tag = "workers", request_body = FailInput, params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn fail(
     State(state): State<AppState>,
@@ -715,7 +748,7 @@ pub(crate) async fn fail(
     finish_one(&state, caller.tenant, b.worker_id, &id, b.epoch, finish).await
 }
 
-/// One item of a batch of outcomes: `result` for a success, or `failure`.
+/// One item of a batch of outcomes: `result` for a success, or `failure` (not both).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompletionItem {
@@ -736,8 +769,10 @@ pub(crate) struct CompletionItem {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FailureIn {
     /// `transient` or `permanent`.
+    #[schema(schema_with = crate::dto::error_class)]
     class: String,
-    /// What went wrong.
+    /// What went wrong (at most 10000 bytes of UTF-8).
+    #[schema(max_length = 10_000)]
     message: Option<String>,
 }
 
@@ -745,9 +780,15 @@ pub(crate) struct FailureIn {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompletionsInput {
-    /// The owner of every item.
+    /// The owner of every item (as it claimed).
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     worker_id: String,
-    /// Up to 1000 outcomes, each fenced on its own.
+    /// 1 to 1000 outcomes, each fenced on its own.
+    #[schema(min_items = 1, max_items = 1000)]
     items: Vec<CompletionItem>,
     /// Claim more work in the same request, once the outcomes are written: a worker that
     /// reports and asks for its next occurrences makes one round trip instead of two.
@@ -759,7 +800,9 @@ pub(crate) struct CompletionsInput {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClaimNext {
-    /// The tenant's queue to claim from.
+    /// The tenant's queue to claim from: 1 to 200 bytes of UTF-8, not starting with `$`
+    /// (the relay's), no NUL.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^$\u0000][^\u0000]*$")]
     queue: String,
     /// At most this many (1–1000, default 1).
     #[schema(minimum = 1, maximum = 1000)]
@@ -892,7 +935,7 @@ pub(crate) async fn completions(
 }
 
 /// Re-ready a `DEAD` occurrence under the same id, history kept, attempt budget reset.
-#[utoipa::path(post, path = "/v1/occurrences/{id}/redrive", tag = "occurrences", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/occurrences/{id}/redrive", tag = "occurrences", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn redrive(
     State(state): State<AppState>,
@@ -914,7 +957,7 @@ pub(crate) async fn redrive(
 }
 
 /// Ask to cancel one occurrence: pending ones are canceled, running ones flagged.
-#[utoipa::path(post, path = "/v1/occurrences/{id}/cancel", operation_id = "cancel_occurrence", tag = "occurrences", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/occurrences/{id}/cancel", operation_id = "cancel_occurrence", tag = "occurrences", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = AckOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn cancel(
     State(state): State<AppState>,

@@ -42,7 +42,8 @@ fn change_out(c: ScheduleChange, next: Vec<Timestamp>) -> ScheduleChangeOut {
 /// Create a schedule. With an `Idempotency-Key` header, a retried request returns the first
 /// answer instead of creating a second schedule.
 #[utoipa::path(post, path = "/v1/schedules", request_body = ScheduleInput, tag = "schedules",
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
+    params(("Idempotency-Key" = String, Header, description = "Makes retries safe: 1 to 255 visible ASCII characters (spaces inside)",
+        min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$")),
     responses((status = 201, body = ScheduleOut), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 409, description = "`request_in_progress`: a request with this Idempotency-Key is being served", body = ErrorBody),
         (status = 429, description = "`quota_exceeded`", body = ErrorBody)))]
@@ -204,11 +205,17 @@ pub(crate) struct ListQuery {
     /// Page size (1–500, default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
-    /// From the previous page's `next_cursor`.
+    /// From the previous page's `next_cursor` (a schedule id).
+    #[param(
+        min_length = 1,
+        pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     cursor: Option<String>,
-    /// `ACTIVE`, `PAUSED`, `CANCELED` or `FINISHED`.
+    /// `ACTIVE`, `PAUSED`, `CANCELED` or `FINISHED`, in either case.
+    #[param(schema_with = crate::dto::schedule_state)]
     state: Option<String>,
-    /// Only this queue.
+    /// Only this queue (a queue name never holds NUL).
+    #[param(pattern = r"^[^\u0000]*$")]
     queue: Option<String>,
 }
 
@@ -291,7 +298,7 @@ pub(crate) async fn list(
 }
 
 /// One schedule, with its next 5 fire times.
-#[utoipa::path(get, path = "/v1/schedules/{id}", operation_id = "get_schedule", tag = "schedules", params(("id" = String, Path)),
+#[utoipa::path(get, path = "/v1/schedules/{id}", operation_id = "get_schedule", tag = "schedules", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ScheduleOut), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
@@ -309,7 +316,7 @@ pub(crate) async fn get(
 
 /// Replace the definition (a new version). The body carries the `version` the caller read; a
 /// stale version is a 409.
-#[utoipa::path(patch, path = "/v1/schedules/{id}", tag = "schedules", request_body = ScheduleInput, params(("id" = String, Path)),
+#[utoipa::path(patch, path = "/v1/schedules/{id}", tag = "schedules", request_body = ScheduleInput, params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ScheduleChangeOut), (status = 409, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "`quota_exceeded`", body = ErrorBody)))]
 pub(crate) async fn update(
@@ -355,7 +362,7 @@ async fn transition(
 
 /// Pause: unclaimed occurrences are canceled; on resume, what was missed follows the misfire
 /// policy.
-#[utoipa::path(post, path = "/v1/schedules/{id}/pause", tag = "schedules", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/schedules/{id}/pause", tag = "schedules", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn pause(
     State(state): State<AppState>,
@@ -366,7 +373,7 @@ pub(crate) async fn pause(
 }
 
 /// Resume a paused schedule.
-#[utoipa::path(post, path = "/v1/schedules/{id}/resume", tag = "schedules", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/schedules/{id}/resume", tag = "schedules", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 429, description = "`quota_exceeded`", body = ErrorBody)))]
 pub(crate) async fn resume(
@@ -378,7 +385,7 @@ pub(crate) async fn resume(
 }
 
 /// Cancel for good. History stays queryable.
-#[utoipa::path(post, path = "/v1/schedules/{id}/cancel", operation_id = "cancel_schedule", tag = "schedules", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/schedules/{id}/cancel", operation_id = "cancel_schedule", tag = "schedules", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ScheduleChangeOut), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn cancel(
     State(state): State<AppState>,
@@ -392,9 +399,14 @@ pub(crate) async fn cancel(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PreviewInput {
-    /// Cron expression.
+    /// Cron expression (5 or 6 fields, or a macro).
+    #[schema(min_length = 1)]
     cron: String,
-    /// IANA zone (default UTC).
+    /// IANA zone (default UTC), as a schedule's `timezone`.
+    #[schema(
+        min_length = 1,
+        pattern = r"^[A-Za-z][A-Za-z0-9._+-]*(/[A-Za-z][A-Za-z0-9._+-]*)*$"
+    )]
     timezone: Option<String>,
     /// DST options.
     dst: Option<DstDto>,

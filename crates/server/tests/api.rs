@@ -1472,7 +1472,11 @@ async fn health_readiness_metrics_and_openapi() {
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
     // A payload and a result are any JSON value (the API takes arrays, strings, numbers): the
     // document must not type them as objects, or generated clients refuse what the API sends.
-    for (schema, field) in [("ScheduleInput", "payload"), ("OccurrenceOut", "result")] {
+    for (schema, field) in [
+        ("ScheduleCreate", "payload"),
+        ("ScheduleUpdate", "payload"),
+        ("OccurrenceOut", "result"),
+    ] {
         let prop = &doc["components"]["schemas"][schema]["properties"][field];
         assert!(prop.is_object(), "{schema}.{field}: {prop}");
         assert!(
