@@ -131,7 +131,7 @@ pub(crate) fn schedule_state() -> utoipa::openapi::Object {
         &[
             "ACTIVE", "PAUSED", "CANCELED", "FINISHED", "active", "paused", "canceled", "finished",
         ],
-        true,
+        false,
     )
 }
 
@@ -146,7 +146,7 @@ pub(crate) fn occurrence_state() -> utoipa::openapi::Object {
     names(
         "Only occurrences in this state, in either case.",
         &both,
-        true,
+        false,
     )
 }
 

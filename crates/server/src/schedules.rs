@@ -42,7 +42,8 @@ fn change_out(c: ScheduleChange, next: Vec<Timestamp>) -> ScheduleChangeOut {
 /// Create a schedule. With an `Idempotency-Key` header, a retried request returns the first
 /// answer instead of creating a second schedule.
 #[utoipa::path(post, path = "/v1/schedules", request_body = ScheduleInput, tag = "schedules",
-    params(("Idempotency-Key" = String, Header, description = "Makes retries safe: 1 to 255 visible ASCII characters (spaces inside)",
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false,
+        description = "Makes retries safe: 1 to 255 visible ASCII characters (spaces inside)",
         min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$")),
     responses((status = 201, body = ScheduleOut), (status = 422, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 409, description = "`request_in_progress`: a request with this Idempotency-Key is being served", body = ErrorBody),

@@ -694,20 +694,25 @@ async fn every_constraint_the_server_enforces_is_in_the_openapi_document() {
             let body_schema = op["requestBody"]["content"]["application/json"]["schema"].clone();
             let body_comp = deref(&doc, &body_schema).1.unwrap_or("body").to_string();
             // The request with every required part and nothing else.
+            let required = |g: &Gen, place: &str| -> Vec<(String, String)> {
+                params
+                    .iter()
+                    .filter(|p| p["in"] == place && (place == "path" || p["required"] == true))
+                    .map(|p| {
+                        let v = g.valid(&doc, &p["schema"], &at_of(p));
+                        (p["name"].as_str().unwrap().to_string(), text(&v).unwrap())
+                    })
+                    .collect()
+            };
             let fresh = |g: &Gen| Req {
                 method: method.clone(),
                 template: template.clone(),
-                path: params
-                    .iter()
-                    .filter(|p| p["in"] == "path")
-                    .map(|p| {
-                        let at = at_of(p);
-                        let v = g.valid(&doc, &p["schema"], &at);
-                        (p["name"].as_str().unwrap().to_string(), text(&v).unwrap())
-                    })
+                path: required(g, "path"),
+                query: required(g, "query"),
+                headers: required(g, "header")
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()))
                     .collect(),
-                query: vec![],
-                headers: vec![],
                 body: (!body_schema.is_null()).then(|| g.valid(&doc, &body_schema, &body_comp)),
             };
             check.allowed(&key, &fresh(&g), "the plain request").await;
@@ -716,7 +721,10 @@ async fn every_constraint_the_server_enforces_is_in_the_openapi_document() {
                 let at = at_of(p);
                 let name = p["name"].as_str().unwrap().to_string();
                 let set = |r: &mut Req, v: &str| match p["in"].as_str().unwrap() {
-                    "query" => r.query = vec![(name.clone(), v.to_string())],
+                    "query" => {
+                        r.query.retain(|(k, _)| *k != name);
+                        r.query.push((name.clone(), v.to_string()));
+                    }
                     "path" => {
                         for slot in &mut r.path {
                             if slot.0 == name {
@@ -724,8 +732,20 @@ async fn every_constraint_the_server_enforces_is_in_the_openapi_document() {
                             }
                         }
                     }
-                    _ => r.headers = vec![(name.clone(), v.as_bytes().to_vec())],
+                    _ => {
+                        r.headers.retain(|(k, _)| *k != name);
+                        r.headers.push((name.clone(), v.as_bytes().to_vec()));
+                    }
                 };
+                // A required query parameter or header left out.
+                if p["required"] == true && p["in"] != "path" {
+                    let mut r = fresh(&g);
+                    r.query.retain(|(k, _)| *k != name);
+                    r.headers.retain(|(k, _)| *k != name);
+                    check
+                        .refused(&key, &r, &format!("{at} left out (required)"))
+                        .await;
+                }
                 for (i, v) in valid_variants(&g, &doc, &p["schema"], &at)
                     .into_iter()
                     .enumerate()
