@@ -236,7 +236,11 @@ pub struct ScheduleInput {
     /// Target queue (per tenant); give either this or `target`. 1 to 200 bytes of UTF-8,
     /// printable (no control or invisible format characters), not starting with `$` (reserved)
     /// and neither starting nor ending with whitespace.
-    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\s$](.*\S)?$")]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\s$\u0000-\u001F\u007F-\u009F\u00AD\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF]([^\u0000-\u001F\u007F-\u009F\u00AD\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF]*[^\s\u0000-\u001F\u007F-\u009F\u00AD\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF])?$"
+    )]
     pub queue: Option<String>,
     /// An external target instead of a queue: the relay publishes each occurrence to it,
     /// with the occurrence id as the broker's de-duplication id. Refused by a deployment that

@@ -230,7 +230,7 @@ pub(crate) struct ClaimInput {
     #[schema(
         min_length = 1,
         max_length = 200,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
     )]
     worker_id: String,
     /// At most this many (1–1000, default 1).
@@ -447,7 +447,7 @@ pub(crate) struct RenewInput {
     #[schema(
         min_length = 1,
         max_length = 200,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
     )]
     worker_id: String,
     /// Leases to extend (up to 1000).
@@ -548,7 +548,7 @@ pub(crate) struct CompleteInput {
     #[schema(
         min_length = 1,
         max_length = 200,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
     )]
     worker_id: String,
     /// Epoch of the claim.
@@ -566,7 +566,7 @@ pub(crate) struct FailInput {
     #[schema(
         min_length = 1,
         max_length = 200,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
     )]
     worker_id: String,
     /// Epoch of the claim.
@@ -784,7 +784,7 @@ pub(crate) struct CompletionsInput {
     #[schema(
         min_length = 1,
         max_length = 200,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
     )]
     worker_id: String,
     /// 1 to 1000 outcomes, each fenced on its own.

@@ -802,6 +802,15 @@ async fn every_constraint_the_server_enforces_is_in_the_openapi_document() {
                         .refused(&key, &r, &format!("{} = {shown} ({what})", p.at))
                         .await;
                 }
+                // `null` where the document allows it, for a property the body leaves out.
+                if nullable(&p.schema) {
+                    let mut r = fresh(&g);
+                    let m = holder(&g, &doc, r.body.as_mut().unwrap(), &p.steps);
+                    if !m.contains_key(&p.name) {
+                        m.insert(p.name.clone(), Value::Null);
+                        check.allowed(&key, &r, &format!("{} = null", p.at)).await;
+                    }
+                }
                 if p.required {
                     let mut r = fresh(&g);
                     holder(&g, &doc, r.body.as_mut().unwrap(), &p.steps).remove(&p.name);
