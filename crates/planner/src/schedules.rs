@@ -141,11 +141,11 @@ fn first_instant(
 pub const FIRES_LOOKAHEAD_HOURS: i64 = 168;
 
 /// The most times a calendar fires within any one hour (a sliding window) of the week from
-/// `now`, for the trigger-rate quota. Until session 20 only the first hour counted, so a
+/// `now`, for the trigger-rate quota. The whole week counts, not only the first hour: a
 /// schedule quiet at creation and busy later (`* * 5 * * *` created at 02:00, or an `every: 1s`
-/// anchored tomorrow) counted as zero and let a tenant past its quota (found by a black-box
-/// probe). Stops early at 3600, the most any calendar fires in an hour (instants are whole
-/// seconds at the finest); at ~70 ns an instant, a week of a 2-second series is ~20 ms.
+/// anchored tomorrow) would otherwise count as zero and let a tenant past its quota. Stops
+/// early at 3600, the most any calendar fires in an hour (instants are whole seconds at the
+/// finest); at ~70 ns an instant, a week of a 2-second series is ~20 ms.
 pub fn fires_per_hour(cal: &Calendar, now: Timestamp) -> u32 {
     const MOST: u32 = 3600;
     let hour_ms = 3_600_000;

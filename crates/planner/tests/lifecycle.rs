@@ -654,9 +654,9 @@ async fn finishing_races_with_changes(env: Env) {
 both!(finishing_races_with_changes);
 
 /// An occurrence no worker holds is retired by a pause, an update or a cancel whether it has
-/// never run or waits to retry: until session 20 a failed run waiting out its backoff (and
-/// one put back after a lost lease) was reported "in flight" and ran again while its schedule
-/// was paused (found by a black-box probe). Its failed attempt stays on record.
+/// never run or waits to retry: a failed run waiting out its backoff (and one put back after a
+/// lost lease) is not "in flight", and must not run again while its schedule is paused. Its
+/// failed attempt stays on record.
 async fn a_change_retires_occurrences_waiting_to_retry(env: Env) {
     let s = schedules(&env);
     let p = planner(&env, "n");
