@@ -144,8 +144,8 @@ async fn next_fires_and_first_instant(env: Env) {
     assert!(bad.to_string().contains("Mars/Base"), "{bad}");
 
     // An interval anchored at "now" fires at its anchor, and says so. The API anchors it at
-    // the store's clock, finer than the millisecond instants are stored in: the first fire
-    // used to be missing from next_fires while its occurrence was planned.
+    // the store's clock, finer than the millisecond instants are stored in: the first fire is
+    // in next_fires, as its occurrence is planned.
     let fine = ts("2026-03-08T00:00:00.000500Z");
     let v = s
         .create(

@@ -120,8 +120,8 @@ pub(crate) fn db_err(e: rusqlite::Error) -> StoreError {
 /// the values bound to it. Without it, SQLite marks a statement whose `LIMIT ?` (or a
 /// parameter compared with a partial index's condition) it planned with the bound value as
 /// expired whenever its bindings are cleared — which rusqlite's statement cache does each time
-/// a statement goes back — so every claim was parsed and planned again on every use: 13% of
-/// all CPU samples in a batch-1 drain (docs/DESIGN.md, "Why the query planner stability
+/// a statement goes back — so every claim would be parsed and planned again on every use, 13%
+/// of all CPU samples in a batch-1 drain (docs/DESIGN.md, "Why the query planner stability
 /// guarantee on SQLite?").
 pub(crate) fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
@@ -320,8 +320,8 @@ impl Store for SqliteStore {
         if claims.is_empty() {
             return Ok(claims);
         }
-        // Payloads on a reader, in parallel with the writer's next job (bench peak: drain
-        // 6.2-6.8 s -> 5.9 s). Should this read fail, the claims are committed but not
+        // Payloads on a reader, in parallel with the writer's next job (the writer bounds the
+        // peak's drain, so it does not wait for them). Should this read fail, the claims are committed but not
         // delivered: their leases expire and they run again, as after a lost response.
         self.read(move |c| {
             let mut claims = claims;

@@ -237,8 +237,8 @@ pub fn cancel_pending_and_running(rt: &Runtime, h: Harness) {
 }
 
 /// A worker told to stop (the cancel flag) that reports a transient failure ends its
-/// occurrence `CANCELED`: retrying would run a canceled job again (found by a black-box probe:
-/// it went to `RETRY_WAIT` and the next claim handed it out with the flag cleared). A success
+/// occurrence `CANCELED`: retrying would run a canceled job again (`RETRY_WAIT`, then the next
+/// claim would hand it out with the flag cleared). A success
 /// is still accepted (the work was done) and a permanent failure is still a dead letter.
 pub fn a_canceled_run_that_fails_is_not_retried(rt: &Runtime, h: Harness) {
     rt.block_on(async {
@@ -1703,8 +1703,8 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
 
 /// An `Idempotency-Key` reservation names the request holding it. A retry of the same request
 /// takes over a reservation that has neither an answer nor a schedule once it is old enough
-/// (its request died: a node killed, the database lost mid-request — such keys used to answer
-/// 409 for good); the create of the request that lost it is refused and writes nothing; a
+/// (its request died: a node killed, the database lost mid-request — otherwise such a key would
+/// answer 409 for good); the create of the request that lost it is refused and writes nothing; a
 /// create records its schedule on the reservation in its own transaction, so a reservation
 /// whose schedule exists is never taken over nor released, and the answer is recorded once.
 pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
