@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use campanile_calendar::DstPolicy;
@@ -87,7 +87,8 @@ async fn changes_racing_planners_leave_nothing_of_superseded_versions(env: Env) 
     let ids = Arc::new(ids);
     // The time every party uses: the planners step it, the changers read it.
     let clock = Arc::new(AtomicI64::new(t0.as_millisecond()));
-    let stop = Arc::new(AtomicBool::new(false));
+    // Changers still at work: the planners tick until every changer is done.
+    let changing = Arc::new(AtomicUsize::new(3));
     let now =
         |clock: &AtomicI64| Timestamp::from_millisecond(clock.load(Ordering::SeqCst)).unwrap();
     let planners: Vec<Arc<campanile_planner::Planner>> = (0..2)
@@ -99,17 +100,18 @@ async fn changes_racing_planners_leave_nothing_of_superseded_versions(env: Env) 
         .collect();
     let mut changers = Vec::new();
     for c in 0..3u64 {
-        let (s, ids, clock, stop, tenant) = (
+        let (s, ids, clock, changing, tenant) = (
             s.clone(),
             ids.clone(),
             clock.clone(),
-            stop.clone(),
+            changing.clone(),
             env.tenant,
         );
         changers.push(tokio::spawn(async move {
             let mut changes = 0u64;
             let mut k = c;
-            while !stop.load(Ordering::SeqCst) {
+            // Each changer makes 20 changes (tries that lost to another changer do not count).
+            while changes < 20 {
                 k = k
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
@@ -148,15 +150,20 @@ async fn changes_racing_planners_leave_nothing_of_superseded_versions(env: Env) 
                     Err(e) => panic!("change failed: {e}"),
                 }
             }
+            changing.fetch_sub(1, Ordering::SeqCst);
             changes
         }));
     }
     let mut ticks = Vec::new();
     for p in &planners {
-        let (p, clock) = (p.clone(), clock.clone());
+        let (p, clock, changing) = (p.clone(), clock.clone(), changing.clone());
         ticks.push(tokio::spawn(async move {
             let mut isolated = 0;
-            for _ in 0..40 {
+            // At least 40 passes, and on until the changers are done.
+            let mut passes = 0;
+            while passes < 40 || changing.load(Ordering::SeqCst) > 0 {
+                passes += 1;
+                assert!(passes < 100_000, "the changers never finished");
                 let at =
                     Timestamp::from_millisecond(clock.fetch_add(7_000, Ordering::SeqCst) + 7_000)
                         .unwrap();
@@ -169,15 +176,11 @@ async fn changes_racing_planners_leave_nothing_of_superseded_versions(env: Env) 
     for t in ticks {
         isolated += t.await.unwrap();
     }
-    stop.store(true, Ordering::SeqCst);
     let mut changes = 0;
     for c in changers {
         changes += c.await.unwrap();
     }
-    assert!(
-        changes >= 40,
-        "the changers raced the planners: {changes} changes"
-    );
+    assert_eq!(changes, 60);
     assert_eq!(isolated, 0, "no planning commit failed");
     // Planning goes on: every active schedule is planned under its current version, and no
     // pass fails on a second queue entry.
