@@ -482,8 +482,8 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             "colour",
         ),
         (json!({"queue": 42, "every": "1h"}), "queue"),
-        // Out of range: a backoff this long used to be accepted, then made every transient
-        // failure of its occurrences a 500 (the retry instant did not exist).
+        // Out of range: accepted, a backoff this long would make every transient failure of
+        // its occurrences a 500 (the retry instant does not exist).
         (
             json!({"queue": "q", "every": "1h", "retry": {"backoff_initial_ms": i64::MAX, "backoff_max_ms": i64::MAX}}),
             "backoff_max_ms must be at most",
@@ -583,7 +583,7 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
         "{v}"
     );
     // Instants RFC 3339 cannot write (years outside 0000–9999) are refused wherever an
-    // instant is taken, not stored and echoed (found by a schemathesis probe).
+    // instant is taken, not stored and echoed.
     let k = Some(app.a.as_str());
     for body in [
         json!({"queue": "q", "at": "-009000-01-01T00:00:00Z", "misfire": {"policy": "fire_once"}}),
@@ -2177,7 +2177,7 @@ async fn a_node_whose_liveness_mark_lapsed_hands_out_no_work() {
 }
 
 /// A one-off whose instant is planned reads `FINISHED`, is listed under `state=finished`, and
-/// no longer takes a slot of the active-schedules quota (it used to stay `ACTIVE` for good).
+/// takes no slot of the active-schedules quota (it does not stay `ACTIVE` for good).
 #[tokio::test]
 async fn a_planned_one_off_is_finished_and_frees_its_quota_slot() {
     let app = app().await;
@@ -2243,8 +2243,8 @@ async fn a_planned_one_off_is_finished_and_frees_its_quota_slot() {
 }
 
 /// Strings no record can hold are refused with a 422 that says why, not passed to the
-/// database (PostgreSQL cannot store NUL in text and answered 500; found by a black-box
-/// probe); a failure message with NUL is still recorded, the NUL replaced.
+/// database (PostgreSQL cannot store NUL in text and would answer 500); a failure message
+/// with NUL is still recorded, the NUL replaced.
 #[tokio::test]
 async fn nul_characters_are_refused_or_replaced_never_a_500() {
     let app = app().await;
@@ -2288,7 +2288,7 @@ async fn nul_characters_are_refused_or_replaced_never_a_500() {
     assert_eq!(s, StatusCode::OK, "{claimed}");
     let o = &claimed["occurrences"][0];
     let id = o["id"].as_str().unwrap();
-    // An epoch below 1 was never issued: the refusal says so (it used to say "re-claimed").
+    // An epoch below 1 was never issued: the refusal says so (not "re-claimed").
     let (s, v) = app
         .call(
             "POST",
@@ -2486,9 +2486,9 @@ async fn outcomes_and_the_next_claim_in_one_request() {
 }
 
 /// A create whose request died after reserving its `Idempotency-Key` — a node killed, the
-/// database lost mid-request — no longer holds the key for good (a black-box probe saw every
-/// retry answer 409 forever, and one whose schedule had been created could never learn its
-/// id): a retry answers from the schedule if it was created, or takes the key over and
+/// database lost mid-request — does not hold the key for good (every retry would answer 409
+/// forever, and one whose schedule had been created could never learn its id): a retry
+/// answers from the schedule if it was created, or takes the key over and
 /// creates once the reservation is old enough, and the dead request's create would be
 /// refused.
 #[tokio::test]
@@ -2572,7 +2572,7 @@ async fn a_create_that_died_mid_request_does_not_hold_its_idempotency_key() {
 }
 
 /// A payload and a result come back exactly as sent: numbers beyond 64 bits, `-0`, and ones
-/// no float can hold (found by a probe: they were silently rounded through a float).
+/// no float can hold (not rounded through a float).
 #[tokio::test]
 async fn payloads_and_results_keep_every_digit() {
     let app = app().await;

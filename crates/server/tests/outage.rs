@@ -179,8 +179,8 @@ async fn database_outage_is_a_503_and_recovery_is_automatic() {
         );
         assert_eq!(v["code"], "unavailable");
     }
-    // A planner that cannot renew holds nothing once its leases run out, and says so (the
-    // shards gauge kept its last value through an outage: found by a black-box probe).
+    // A planner that cannot renew holds nothing once its leases run out, and says so (a
+    // shards gauge that kept its last value through an outage would hide it).
     assert!(planner.tick(None).await.is_err());
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert!(planner.tick(None).await.is_err());
