@@ -32,7 +32,7 @@ impl Writer {
     ) -> Result<Writer, StoreError> {
         // The checkpointer copies the WAL into the database file off this thread — on the
         // writer, every ~4 MiB of WAL, that would be ~8% of its time in `bench plan`
-        // (docs/benchmarks-history.md). The writer's own checkpoint, past `restart_pages`, only copies what
+        // (`git show 8d79bd7:BENCHMARKS.md`). The writer's own checkpoint, past `restart_pages`, only copies what
         // the checkpointer has not yet, and lets the next transaction start the WAL over.
         conn.pragma_update(None, "wal_autocheckpoint", restart_pages)
             .map_err(db_err)?;
