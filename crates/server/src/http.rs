@@ -130,7 +130,7 @@ pub async fn serve(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     if said(&mut said_accept) {
-                        tracing::warn!(error = %e, open = limits.max_connections - slots.available_permits() - 1,
+                        tracing::warn!(error = %e, open = limits.max_connections.saturating_sub(slots.available_permits() + 1),
                             "cannot accept a connection; retrying (a full descriptor table: lower \
                              --max-connections or raise the open-files limit)");
                     }
