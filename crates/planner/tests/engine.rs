@@ -53,6 +53,7 @@ async fn engine_plans_and_sweeps_in_real_time(env: Env) {
         let c = env
             .store
             .occurrence_claim(OccurrenceClaim {
+                max_bytes: None,
                 tenant: env.tenant,
                 queue: "jobs".into(),
                 worker_id: "ghost".into(),

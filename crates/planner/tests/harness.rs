@@ -295,6 +295,7 @@ pub(crate) async fn claim_jobs(
 ) -> Vec<Claimed> {
     env.store
         .occurrence_claim(OccurrenceClaim {
+            max_bytes: None,
             tenant: env.tenant,
             queue: "jobs".into(),
             worker_id: worker.into(),

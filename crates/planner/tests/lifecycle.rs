@@ -28,6 +28,7 @@ async fn update_makes_a_new_version_and_retires_the_old(env: Env) {
     let running = env
         .store
         .occurrence_claim(OccurrenceClaim {
+            max_bytes: None,
             tenant: env.tenant,
             queue: "jobs".into(),
             worker_id: "w".into(),
@@ -182,6 +183,7 @@ async fn races_with_claims(env: Env, overlap: campanile_core::Overlap) {
             while !stop.load(Ordering::SeqCst) {
                 let got = store
                     .occurrence_claim(OccurrenceClaim {
+                        max_bytes: None,
                         tenant,
                         queue: "jobs".into(),
                         worker_id: worker.clone(),

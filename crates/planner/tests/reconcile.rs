@@ -71,6 +71,7 @@ async fn work(env: &Env, now: Timestamp) {
     let claimed = env
         .store
         .occurrence_claim(OccurrenceClaim {
+            max_bytes: None,
             tenant: env.tenant,
             queue: "jobs".into(),
             worker_id: "w".into(),
@@ -444,6 +445,7 @@ async fn hold_and_claim(
     let claimed = env
         .store
         .occurrence_claim(OccurrenceClaim {
+            max_bytes: None,
             tenant: env.tenant,
             queue: queue.into(),
             worker_id: "slow".into(),

@@ -377,6 +377,7 @@ fn checked_claim(
         return Err(ApiError::invalid("max must be between 1 and 1000"));
     }
     Ok(OccurrenceClaim {
+        max_bytes: None,
         tenant,
         queue,
         worker_id,

@@ -279,10 +279,11 @@ pub(crate) async fn claim_rest(
     // Overlap-constrained work, when the claim statement saw some due: each is decided under
     // its schedule's lock, in a transaction of its own. (Work that became due since is found
     // by the next poll, as any work is.)
-    if room > 0 && constrained_due {
+    let mut bytes = room_after(&p, &out);
+    if room > 0 && constrained_due && !bytes.is_full() {
         let mut c = pool.get().await.map_err(pool_err)?;
         let tx = c.transaction().await.map_err(pg_err)?;
-        let (got, skipped) = claim_constrained(&tx, &p, now, lease, room).await?;
+        let (got, skipped) = claim_constrained(&tx, &p, now, lease, room, &mut bytes).await?;
         tx.commit().await.map_err(pg_err)?;
         count_skipped(skipped);
         out.extend(got);
@@ -411,7 +412,9 @@ async fn limited_claim(c: &mut Client, p: &OccurrenceClaim, lease: Option<i64>) 
     };
     // Overlap-constrained occurrences count against the same limits, under the same locks.
     let room = allowed_n.saturating_sub(got.len());
-    let (more, skipped) = claim_constrained_locked(&tx, p, lease, room, &schedules).await?;
+    let mut bytes = room_after(p, &got);
+    let (more, skipped) =
+        claim_constrained_locked(&tx, p, lease, room, &schedules, &mut bytes).await?;
     got.extend(more);
     tx.commit().await.map_err(pg_err)?;
     count_skipped(skipped);
@@ -427,8 +430,8 @@ fn statement_now(param: &str) -> String {
 }
 
 /// A claim statement: `pick` defines the CTE `pick(seq, lost_epoch, lost_owner, lost_started,
-/// lost_lease)` of the occurrences to claim (locked by it or by the caller), after any CTEs it
-/// needs; the `lost_` columns are those of the attempt being taken over, read from the row as
+/// lost_lease, payload)` of the occurrences to claim (locked by it or by the caller) with their
+/// versions' payloads, after any CTEs it needs; the `lost_` columns are those of the attempt being taken over, read from the row as
 /// locked, when it is still `RUNNING` under an expired lease (else NULL). The rest records
 /// those lost attempts and claims the occurrences — new epoch, the claimer as owner, the lease
 /// — into the CTE `claimed` (the claimed occurrences with their payloads); an occurrence
@@ -466,11 +469,11 @@ fn claim_sql(
                                         ELSE o.available_at END
                FROM pick WHERE o.seq = pick.seq
              RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
-                       o.lease_until, {tag} AS tag),
+                       o.lease_until, {tag} AS tag, pick.payload),
          claimed AS (
-             SELECT upd.id, upd.schedule_id, upd.version, upd.scheduled_for, upd.available_at, upd.epoch,
-                    upd.attempts, v.payload, upd.seq, upd.tag, upd.lease_until
-               FROM upd LEFT JOIN schedule_versions v ON v.schedule_id = upd.schedule_id AND v.version = upd.version)
+             SELECT id, schedule_id, version, scheduled_for, available_at, epoch, attempts, payload, seq, tag,
+                    lease_until
+               FROM upd)
          {select}"
     )
 }
@@ -482,29 +485,45 @@ const CLAIMED_ROWS: &str =
 
 /// The CTEs that pick a worker's occurrences: due or lease-expired occurrences of one queue
 /// without an overlap constraint, at most `$4`, skipping rows another claimer holds, into the
-/// CTE `name` (`rn` numbers them in claim order from 1). `$1` tenant, `$2` queue; `now` is the
-/// statement's current instant; `gate` a condition every candidate must meet (`true` for none).
-fn worker_pick(now: &str, gate: &str, name: &str) -> String {
+/// CTE `name(seq, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload)`: `rn`
+/// numbers them in claim order from 1, `ord` is the claimer each goes to (`ord`, an
+/// expression over `rn`), `payload` its version's. Each claimer's answer is a prefix of its
+/// share in claim order whose payloads and [`CLAIM_RECORD_BYTES`] each add up to at most
+/// `budget` (an expression over `ord`), and holds at least one. `$1` tenant, `$2` queue; `now`
+/// is the statement's current instant; `gate` a condition every candidate must meet (`true`
+/// for none).
+fn worker_pick(now: &str, gate: &str, name: &str, ord: &str, budget: &str) -> String {
     format!(
         "ready AS (
-             SELECT seq, priority, available_at, NULL::int8 AS lost_epoch, NULL::text AS lost_owner,
-                    NULL::int8 AS lost_started, NULL::int8 AS lost_lease
+             SELECT seq, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
+                    NULL::text AS lost_owner, NULL::int8 AS lost_started, NULL::int8 AS lost_lease
                FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= {now}
                 AND overlap = 0 AND {gate}
               ORDER BY priority DESC, available_at LIMIT $4
               FOR UPDATE SKIP LOCKED),
          expired AS (
-             SELECT seq, priority, available_at, epoch, owner, claimed_at, lease_until FROM occurrences
+             SELECT seq, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until
+               FROM occurrences
               WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= {now}
                 AND attempts < max_attempts AND NOT cancel_requested AND overlap = 0 AND {gate}
               ORDER BY lease_until LIMIT $4
               FOR UPDATE SKIP LOCKED),
-         {name} AS (
-             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease,
+         ranked AS (
+             SELECT seq, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease,
                     row_number() OVER (ORDER BY priority DESC, available_at, seq) AS rn
                FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
-              ORDER BY priority DESC, available_at, seq LIMIT $4)"
+              ORDER BY priority DESC, available_at, seq LIMIT $4),
+         sized AS (
+             SELECT s.*, sum(bytes) OVER (PARTITION BY ord ORDER BY rn) AS upto
+               FROM (SELECT k.seq, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
+                            {ord} AS ord, v.payload,
+                            COALESCE(octet_length(v.payload), 0) + {CLAIM_RECORD_BYTES} AS bytes
+                       FROM ranked k
+                       LEFT JOIN schedule_versions v ON v.schedule_id = k.schedule_id AND v.version = k.version) s),
+         {name} AS (
+             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload
+               FROM sized WHERE upto = bytes OR upto <= {budget})"
     )
 }
 
@@ -520,7 +539,8 @@ fn worker_pick(now: &str, gate: &str, name: &str) -> String {
 /// valid, [`fence::hands_out_work`]; else nothing is picked).
 /// `$1` tenant, `$2` queue, `$3` now or NULL, `$4` the claimers' total count, `$5` their
 /// owners, `$6` their leases in ms, `$7` for each slot of the total, in claim order, its
-/// claimer's number (slot `rn` is the `rn`-th occurrence picked), `$8` their claim keys. Subscripts keep the dealing
+/// claimer's number (slot `rn` is the `rn`-th occurrence picked), `$8` their claim keys, `$9`
+/// their answers' size bounds in bytes ([`OccurrenceClaim::max_bytes`]). Subscripts keep the dealing
 /// linear: a join of rows to claimers by ranges would be a nested loop, and a per-slot `text[]`
 /// would be walked from its start at every subscript (variable-width elements); `int8[]`
 /// subscripts are direct.
@@ -543,16 +563,18 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                                   AND attempts < max_attempts AND NOT cancel_requested)) AS due),
          {pick},
          pick AS (
-             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord,
+             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord, payload,
                     ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms,
                     ($8::uuid[])[ord] AS claim_key
-               FROM (SELECT cand.*, ($7::int8[])[rn] AS ord FROM cand) c)",
+               FROM cand)",
         now = statement_now("$3"),
         live = fence::hands_out_work_sql("now"),
         pick = worker_pick(
             "(SELECT now FROM clk)",
             "(SELECT unlimited AND live FROM clk)",
-            "cand"
+            "cand",
+            "($7::int8[])[k.rn]",
+            "($9::int8[])[ord]",
         )
     );
     claim_sql(
@@ -572,13 +594,16 @@ static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// The worker claim: at most `$4` due or lease-expired occurrences of one queue, picked and
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
 /// lease length in ms (NULL: each occurrence's own), `$7` the caller's instant or NULL, for the
-/// liveness gate ([`statement_now`]), `$8` the claim's key or NULL.
+/// liveness gate ([`statement_now`]), `$8` the claim's key or NULL, `$9` the answer's size
+/// bound in bytes ([`OccurrenceClaim::max_bytes`]).
 static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         &worker_pick(
             "$3",
             &fence::hands_out_work_sql(&statement_now("$7")),
             "pick",
+            "1::int8",
+            "$9",
         ),
         "$5",
         "$8::uuid",
@@ -595,9 +620,12 @@ static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 static CLAIM_SEQS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     claim_sql(
         "pick AS (
-             SELECT seq, CASE WHEN state = 'RUNNING' THEN epoch END AS lost_epoch, owner AS lost_owner,
-                    claimed_at AS lost_started, lease_until AS lost_lease
-               FROM occurrences WHERE seq = ANY($1::int8[]))",
+             SELECT o.seq, CASE WHEN o.state = 'RUNNING' THEN o.epoch END AS lost_epoch,
+                    o.owner AS lost_owner, o.claimed_at AS lost_started, o.lease_until AS lost_lease,
+                    v.payload
+               FROM occurrences o
+               LEFT JOIN schedule_versions v ON v.schedule_id = o.schedule_id AND v.version = o.version
+              WHERE o.seq = ANY($1::int8[]))",
         "$2",
         "$5::uuid",
         "$3",
@@ -636,6 +664,7 @@ async fn worker_claim_rows<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) ->
     let owners: Vec<&str> = reqs.iter().map(|r| r.worker_id.as_str()).collect();
     let leases: Vec<Option<i64>> = reqs.iter().map(|r| r.lease.map(dur_ms)).collect();
     let keys: Vec<Option<Uuid>> = reqs.iter().map(|r| r.key.map(|k| k.id)).collect();
+    let budgets: Vec<i64> = reqs.iter().map(answer_bound).collect();
     let ords: Vec<i64> = (1i64..)
         .zip(reqs)
         .flat_map(|(ord, r)| std::iter::repeat_n(ord, r.max as usize))
@@ -653,6 +682,7 @@ async fn worker_claim_rows<C: GenericClient>(c: &C, reqs: &[OccurrenceClaim]) ->
             &leases,
             &ords,
             &keys,
+            &budgets,
         ],
     )
     .await
@@ -694,6 +724,20 @@ fn dealt_claims(reqs: &[OccurrenceClaim], rows: &[Row]) -> R<Vec<WorkerClaim>> {
     Ok(out)
 }
 
+/// A claim's size bound as a statement parameter.
+fn answer_bound(p: &OccurrenceClaim) -> i64 {
+    i64::try_from(p.answer_bytes_or_default()).unwrap_or(i64::MAX)
+}
+
+/// What is left of a claim's size bound once `claimed` is in its answer.
+fn room_after(p: &OccurrenceClaim, claimed: &[Claimed]) -> ClaimRoom {
+    let mut room = ClaimRoom::new(p.answer_bytes_or_default());
+    for c in claimed {
+        room.take(c.answer_bytes());
+    }
+    room
+}
+
 /// The one-statement claim of up to `max` unconstrained occurrences.
 async fn fast_claim<C: GenericClient>(
     c: &C,
@@ -703,6 +747,7 @@ async fn fast_claim<C: GenericClient>(
     max: u32,
 ) -> R<Vec<Claimed>> {
     let max = i64::from(max);
+    let budget = answer_bound(p);
     let fixed = p.now.map(|t| t.as_millisecond());
     let rows = query(
         c,
@@ -716,6 +761,7 @@ async fn fast_claim<C: GenericClient>(
             &lease,
             &fixed,
             &p.key.map(|k| k.id),
+            &budget,
         ],
     )
     .await?;
@@ -783,10 +829,14 @@ static CONSTRAINED_SCHEDULES: std::sync::LazyLock<String> = std::sync::LazyLock:
     )
 });
 
-/// The candidates themselves, locked, of the schedules locked (`$6`).
+/// The candidates themselves, locked, of the schedules locked (`$6`), with their payloads'
+/// sizes in bytes.
 static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT seq, schedule_id, overlap, state, available_at, priority FROM occurrences
+        "SELECT seq, schedule_id, overlap, state, available_at, priority,
+                (SELECT octet_length(v.payload) FROM schedule_versions v
+                  WHERE v.schedule_id = occurrences.schedule_id AND v.version = occurrences.version)
+           FROM occurrences
           WHERE {} AND schedule_id = ANY($6::uuid[])
           ORDER BY priority DESC, {CLAIMABLE_SINCE}, seq LIMIT $4
           FOR UPDATE SKIP LOCKED",
@@ -848,9 +898,10 @@ async fn claim_constrained<C: GenericClient>(
     now: i64,
     lease: Option<i64>,
     room: usize,
+    bytes: &mut ClaimRoom,
 ) -> R<(Vec<Claimed>, u64)> {
     let schedules = lock_constrained_schedules(tx, p, now, room).await?;
-    claim_constrained_locked(tx, p, lease, room, &schedules).await
+    claim_constrained_locked(tx, p, lease, room, &schedules, bytes).await
 }
 
 /// How many constrained candidates a claim with `room` left looks at.
@@ -899,6 +950,7 @@ async fn claim_constrained_locked<C: GenericClient>(
     lease: Option<i64>,
     room: usize,
     schedules: &[Uuid],
+    bytes: &mut ClaimRoom,
 ) -> R<(Vec<Claimed>, u64)> {
     if schedules.is_empty() || room == 0 {
         return Ok((Vec::new(), 0));
@@ -955,6 +1007,11 @@ async fn claim_constrained_locked<C: GenericClient>(
         };
         match decision {
             fence::OverlapDecision::Claim => {
+                let len: Option<i32> = cand.get(6);
+                let size = payload_answer_bytes(len.map_or(0, |l| l.max(0) as usize));
+                if !bytes.take(size) {
+                    break;
+                }
                 out.extend(
                     claim_seqs(tx, &[seq], &p.worker_id, p.key.map(|k| k.id), now, lease).await?,
                 );
@@ -2020,7 +2077,7 @@ mod plan_tests {
             (
                 "fast_claim",
                 &*FAST_CLAIM,
-                "(1, 'q', 0, 10, 'w', NULL, NULL, NULL)",
+                "(1, 'q', 0, 10, 'w', NULL, NULL, NULL, 8388608)",
             ),
             (
                 "constrained_schedules",

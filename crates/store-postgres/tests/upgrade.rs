@@ -196,6 +196,7 @@ async fn upgrade_gives_existing_occurrences_the_old_default_lease() {
         Ok(store) => Some(
             store
                 .occurrence_claim(campanile_store::OccurrenceClaim {
+                    max_bytes: None,
                     tenant: campanile_store::TenantId(1),
                     queue: "reports".into(),
                     worker_id: "w".into(),

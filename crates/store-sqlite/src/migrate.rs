@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "claim_key",
         include_str!("../migrations/0015_claim_key.sql"),
     ),
+    (
+        16,
+        "payload_bound",
+        include_str!("../migrations/0016_payload_bound.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

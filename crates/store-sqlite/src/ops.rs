@@ -260,18 +260,88 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     // time) and expired leases with attempts left, merged by priority and availability, then
     // claimed in one statement. The single writer makes the read-then-write atomic.
     let max = p.max as usize;
+    let mut room = AnswerRoom::new(c, p.answer_bytes_or_default())?;
     let mut picked = pending_candidates(c, p, now, false, max)?;
     picked.extend(expired_candidates(c, p, now, false, max)?);
     best_first(&mut picked, max);
+    let fit = room.take(c, picked.iter().map(|c| (c.row.2, c.row.3)))?;
+    picked.truncate(fit);
     let reclaims = picked.iter().any(|c| c.running);
     let picked = picked.into_iter().map(Candidate::claim_row).collect();
     let key = p.key.map(|k| k.id);
     let mut rows = claim_rows(c, &p.worker_id, key, now, lease, picked, reclaims)?;
-    let room = max - rows.len().min(max);
-    if room > 0 {
-        rows.extend(claim_constrained(c, p, now, lease, room)?);
+    let left = max - rows.len().min(max);
+    if left > 0 && !room.room.is_full() {
+        rows.extend(claim_constrained(c, p, now, lease, left, &mut room)?);
     }
     finish_claim(rows, now, lease)
+}
+
+/// What is left of a claim's size bound ([`OccurrenceClaim::max_bytes`]) as the writer picks
+/// occurrences. Payload sizes are looked up only when the largest payload any version holds
+/// (`payload_bound`, kept by a trigger) could pass what is left: a claim of small payloads
+/// costs the writer one read of one row.
+struct AnswerRoom {
+    room: ClaimRoom,
+    /// What the largest payload counts ([`payload_answer_bytes`]).
+    largest: u64,
+    sizes: HashMap<(Uuid, u32), u64>,
+}
+
+impl AnswerRoom {
+    fn new(c: &Connection, max_bytes: u64) -> R<AnswerRoom> {
+        let largest: i64 = c
+            .prepare_cached("SELECT max_bytes FROM payload_bound WHERE id = 1")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(db_err)?;
+        Ok(AnswerRoom {
+            room: ClaimRoom::new(max_bytes),
+            largest: payload_answer_bytes(usize::try_from(largest).unwrap_or(0)),
+            sizes: HashMap::new(),
+        })
+    }
+
+    /// How many of the occurrences of these `(schedule, version)`s, in claim order, fit in
+    /// what is left; counts them.
+    fn take(
+        &mut self,
+        c: &Connection,
+        versions: impl ExactSizeIterator<Item = (Uuid, u32)>,
+    ) -> R<usize> {
+        let n = versions.len();
+        if self.room.take_all(n, self.largest) {
+            return Ok(n);
+        }
+        let mut q = c
+            .prepare_cached(
+                "SELECT length(CAST(payload AS BLOB)) FROM schedule_versions
+                  WHERE schedule_id = ?1 AND version = ?2",
+            )
+            .map_err(db_err)?;
+        let mut taken = 0;
+        for key in versions {
+            let size = match self.sizes.get(&key) {
+                Some(size) => *size,
+                None => {
+                    let len: Option<i64> = q
+                        .query_row(params![key.0, key.1], |r| r.get(0))
+                        .optional()
+                        .map_err(db_err)?
+                        .flatten();
+                    let size = payload_answer_bytes(
+                        len.and_then(|l| usize::try_from(l).ok()).unwrap_or(0),
+                    );
+                    self.sizes.insert(key, size);
+                    size
+                }
+            };
+            if !self.room.take(size) {
+                break;
+            }
+            taken += 1;
+        }
+        Ok(taken)
+    }
 }
 
 /// What this worker claimed with `key` in the claim's queue and still holds (`RUNNING`, lease
@@ -592,6 +662,7 @@ fn claim_constrained(
     now: i64,
     lease: Option<i64>,
     room: usize,
+    bytes: &mut AnswerRoom,
 ) -> R<Vec<ClaimRow>> {
     let mut picked = pending_candidates(c, p, now, true, room + 64)?;
     picked.extend(expired_candidates(c, p, now, true, room + 64)?);
@@ -629,6 +700,9 @@ fn claim_constrained(
         };
         match decision {
             fence::OverlapDecision::Claim => {
+                if bytes.take(c, std::iter::once((schedule, cand.row.3)))? == 0 {
+                    break;
+                }
                 out.extend(claim_rows(
                     c,
                     &p.worker_id,

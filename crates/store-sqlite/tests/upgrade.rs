@@ -191,6 +191,7 @@ fn upgrade_gives_existing_occurrences_the_old_default_lease() {
         .block_on(campanile_store::Store::occurrence_claim(
             &store,
             campanile_store::OccurrenceClaim {
+                max_bytes: None,
                 tenant: campanile_store::TenantId(1),
                 queue: "billing".into(),
                 worker_id: "w".into(),
@@ -425,6 +426,7 @@ fn upgrade_keeps_recent_runs_in_the_overlap_history() {
         .block_on(campanile_store::Store::occurrence_claim(
             &store,
             campanile_store::OccurrenceClaim {
+                max_bytes: None,
                 tenant: campanile_store::TenantId(1),
                 queue: "billing".into(),
                 worker_id: "w".into(),

@@ -132,8 +132,28 @@ pub struct OccurrenceClaim {
     /// The claim's own key, chosen by the worker: recorded on what it claims, so that the
     /// same claim sent again ([`ClaimKey::resent`]) gets what the first sending claimed.
     pub key: Option<ClaimKey>,
+    /// The answer's size bound ([`OccurrenceClaim::answer_bytes_or_default`]): occurrences are
+    /// claimed in claim order while their [`Claimed::answer_bytes`] add up to at most this;
+    /// the first one always is, whatever its size. `None`: [`CLAIM_ANSWER_BYTES`].
+    pub max_bytes: Option<u64>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
+}
+
+/// The default size bound of one claim's answer ([`OccurrenceClaim::max_bytes`]), in bytes:
+/// a claim of 1,000 occurrences whose payloads are 256 KiB each answers 31 of them, not
+/// 256 MB.
+pub const CLAIM_ANSWER_BYTES: u64 = 8 << 20;
+
+/// What one claimed occurrence counts against a claim's size bound besides its payload: room
+/// for its other fields as an answer carries them.
+pub const CLAIM_RECORD_BYTES: u64 = 512;
+
+impl OccurrenceClaim {
+    /// The claim's size bound in bytes ([`OccurrenceClaim::max_bytes`]).
+    pub fn answer_bytes_or_default(&self) -> u64 {
+        self.max_bytes.unwrap_or(CLAIM_ANSWER_BYTES)
+    }
 }
 
 /// A worker's key for one claim ([`OccurrenceClaim::key`]).

@@ -104,6 +104,7 @@ async fn measure(
             loop {
                 let claimed = store
                     .occurrence_claim(OccurrenceClaim {
+                        max_bytes: None,
                         tenant,
                         queue: "bench".into(),
                         worker_id: worker.clone(),

@@ -25,6 +25,7 @@ pub fn crash_child(rt: &Runtime, store: Arc<dyn Store>) {
     for n in 0.. {
         let got = rt
             .block_on(store.occurrence_claim(OccurrenceClaim {
+                max_bytes: None,
                 tenant: TenantId(1),
                 queue: "q".into(),
                 worker_id: format!("g{generation}-batch-{n}"),

@@ -1093,6 +1093,7 @@ pub fn a_report_whose_claim_fails_keeps_its_outcomes<F, Fut>(
             now: Some(secs(2)),
         };
         let next = OccurrenceClaim {
+            max_bytes: None,
             tenant: f.tenant,
             queue: "q".into(),
             worker_id: "A".into(),
@@ -1262,6 +1263,7 @@ pub fn a_lone_worker_keeps_overlap_policies(rt: &Runtime, h: Harness) {
                                 now: Some(secs(now)),
                             },
                             OccurrenceClaim {
+                                max_bytes: None,
                                 tenant: f.tenant,
                                 queue: queue.into(),
                                 worker_id: "lone".into(),
@@ -1627,6 +1629,7 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
                     let worker = format!("w{w}");
                     let got = store
                         .occurrence_claim(OccurrenceClaim {
+                            max_bytes: None,
                             tenant,
                             queue: "ovl".into(),
                             worker_id: worker.clone(),

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod answers;
 mod crash;
 mod fencing;
 mod lifecycle;
@@ -12,6 +13,7 @@ mod races;
 mod relay;
 mod resume;
 
+pub use answers::*;
 pub use crash::*;
 pub use fencing::*;
 pub use lifecycle::*;
@@ -62,7 +64,7 @@ macro_rules! conformance_tests {
             racing_claimers_keep_overlap_policies,
             idempotency_reservations_are_taken_over_only_when_nothing_was_created,
             reports_that_claim_more_work_run_each_occurrence_once,
-            a_claim_sent_again_answers_what_it_claimed);
+            a_claim_sent_again_answers_what_it_claimed, a_claim_answer_keeps_to_its_size_bound);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(
@@ -259,6 +261,7 @@ pub fn claim_params(
     now: Timestamp,
 ) -> OccurrenceClaim {
     OccurrenceClaim {
+        max_bytes: None,
         tenant: f.tenant,
         queue: queue.into(),
         worker_id: worker.into(),

@@ -81,6 +81,7 @@ pub fn racing_workers_never_overwrite_a_successor(rt: &Runtime, h: Harness) {
                     }
                     let got = handle
                         .block_on(store.occurrence_claim(OccurrenceClaim {
+                            max_bytes: None,
                             tenant: f.tenant,
                             queue: "hot".into(),
                             worker_id: worker.clone(),
@@ -607,6 +608,7 @@ pub fn reports_that_claim_more_work_run_each_occurrence_once(rt: &Runtime, h: Ha
                     now: Some(now),
                 },
                 OccurrenceClaim {
+                    max_bytes: None,
                     tenant,
                     queue: "q".into(),
                     worker_id: worker.into(),

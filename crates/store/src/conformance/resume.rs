@@ -278,6 +278,7 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         for queue in ["q", "lim", "one"] {
             let err = s
                 .occurrence_claim(OccurrenceClaim {
+                    max_bytes: None,
                     tenant: f.tenant,
                     queue: queue.into(),
                     worker_id: "w".into(),
@@ -343,6 +344,7 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
                 for w in 0..4 {
                     match s
                         .occurrence_claim(OccurrenceClaim {
+                            max_bytes: None,
                             tenant: f.tenant,
                             queue: "race".into(),
                             worker_id: format!("w{w}"),
@@ -424,6 +426,7 @@ pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G, W, W
         let waiting = tokio::spawn(async move {
             claimer
                 .occurrence_claim(OccurrenceClaim {
+                    max_bytes: None,
                     tenant,
                     queue: queue.into(),
                     worker_id: "w".into(),

@@ -1,0 +1,185 @@
+//! The size of what a claim answers ([`OccurrenceClaim::max_bytes`]).
+
+use campanile_core::OccurrenceId;
+use jiff::SignedDuration;
+use tokio::runtime::Runtime;
+use uuid::Uuid;
+
+use super::*;
+
+/// A schedule of `f`'s tenant whose payload is a JSON string `len` bytes long (quotes
+/// included), with `overlap`; returns it and the payload's size as a claim counts it.
+async fn sized_schedule(
+    s: &dyn Store,
+    f: &Fixture,
+    queue: &str,
+    len: usize,
+    overlap: campanile_core::Overlap,
+) -> (ScheduleId, u64) {
+    let id = ScheduleId(Uuid::now_v7());
+    let payload = format!("\"{}\"", "x".repeat(len - 2));
+    s.schedule_create(ScheduleCreate {
+        tenant: f.tenant,
+        id,
+        spec: ScheduleSpec {
+            payload: Some(payload),
+            overlap,
+            ..spec(queue)
+        },
+        shard: 0,
+        next_run_at: None,
+        fires_per_hour: 0,
+        idempotency: None,
+        now: Some(at(0)),
+    })
+    .await
+    .expect("schedule");
+    (id, payload_answer_bytes(len))
+}
+
+/// An occurrence of `schedule` due at `due` seconds.
+fn occ_of(f: &Fixture, schedule: ScheduleId, queue: &str, due: i64) -> NewOccurrence {
+    NewOccurrence {
+        schedule_id: schedule,
+        ..new_occ(f, queue, secs(due), 3)
+    }
+}
+
+fn ids(c: &[Claimed]) -> Vec<OccurrenceId> {
+    c.iter().map(|c| c.id).collect()
+}
+
+async fn claim_within(
+    s: &dyn Store,
+    f: &Fixture,
+    queue: &str,
+    worker: &str,
+    max: u32,
+    max_bytes: u64,
+    now: Timestamp,
+) -> Vec<Claimed> {
+    let lease = Some(SignedDuration::from_secs(30));
+    s.occurrence_claim(OccurrenceClaim {
+        max_bytes: Some(max_bytes),
+        ..claim_params(f, queue, worker, max, lease, None, now)
+    })
+    .await
+    .expect("claim")
+}
+
+/// A claim answers, in claim order, the occurrences whose payloads (each with
+/// [`CLAIM_RECORD_BYTES`]) fit its size bound, stopping at the first that does not — always
+/// at least one, whatever its size — on the plain path, a limited queue's and the
+/// overlap-constrained one; what it leaves is claimed by the next claim, and concurrent
+/// claims with different bounds each keep to their own.
+pub fn a_claim_answer_keeps_to_its_size_bound(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let allow = campanile_core::Overlap::Allow;
+        let (big, big_size) = sized_schedule(s, &f, "q", 3000, allow).await;
+        let (small, small_size) = sized_schedule(s, &f, "q", 10, allow).await;
+        // Claim order: big, big, small, big, small, big, big.
+        let order = [big, big, small, big, small, big, big];
+        let all = insert(
+            s,
+            &f,
+            (0..)
+                .zip(order)
+                .map(|(i, sid)| occ_of(&f, sid, "q", i))
+                .collect(),
+        )
+        .await;
+        let bound = 2 * big_size + small_size;
+        let got = claim_within(s, &f, "q", "A", 100, bound, secs(100)).await;
+        assert_eq!(ids(&got), all[..3], "big, big, small fit exactly");
+        let got = claim_within(s, &f, "q", "A", 100, bound - 1, secs(100)).await;
+        assert_eq!(
+            ids(&got),
+            all[3..5],
+            "big then small fit; the next big would pass the bound"
+        );
+        let total: u64 = got.iter().map(Claimed::answer_bytes).sum();
+        assert_eq!(total, big_size + small_size);
+        assert!(got.iter().all(|c| c.payload.is_some()));
+        let got = claim_within(s, &f, "q", "A", 100, 1, secs(100)).await;
+        assert_eq!(
+            ids(&got),
+            all[5..6],
+            "the first always comes, whatever its size"
+        );
+        let got = claim_within(s, &f, "q", "A", 100, u64::MAX / 4, secs(100)).await;
+        assert_eq!(
+            ids(&got),
+            all[6..],
+            "what was left is claimed by the next claim"
+        );
+
+        // A prefix: a small occurrence behind one that does not fit waits for the next claim.
+        let more = insert(
+            s,
+            &f,
+            [small, big, small]
+                .into_iter()
+                .zip(200..)
+                .map(|(sid, i)| occ_of(&f, sid, "p", i))
+                .collect(),
+        )
+        .await;
+        let got = claim_within(s, &f, "p", "A", 100, small_size + 10, secs(300)).await;
+        assert_eq!(ids(&got), more[..1]);
+        let got = claim_within(s, &f, "p", "A", 100, big_size + small_size, secs(300)).await;
+        assert_eq!(ids(&got), more[1..]);
+
+        // A queue with a concurrency limit claims on its own path: the same bound.
+        s.queue_limit_set(f.tenant, "lim", Some(50)).await.unwrap();
+        let (lim_big, _) = sized_schedule(s, &f, "lim", 3000, allow).await;
+        let lim = insert(
+            s,
+            &f,
+            (400..404).map(|i| occ_of(&f, lim_big, "lim", i)).collect(),
+        )
+        .await;
+        let got = claim_within(s, &f, "lim", "A", 100, 2 * big_size, secs(500)).await;
+        assert_eq!(ids(&got), lim[..2]);
+
+        // Overlap-constrained work (one occurrence each of several schedules): the same bound,
+        // counting what the answer already holds.
+        let mut constrained = Vec::new();
+        for i in 0..4 {
+            let (sid, _) =
+                sized_schedule(s, &f, "c", 3000, campanile_core::Overlap::SkipIfRunning).await;
+            let mut o = occ_of(&f, sid, "c", 600 + i);
+            o.overlap = campanile_core::Overlap::SkipIfRunning;
+            constrained.extend(insert(s, &f, vec![o]).await);
+        }
+        let got = claim_within(s, &f, "c", "A", 100, 3 * big_size - 1, secs(700)).await;
+        assert_eq!(ids(&got), constrained[..2]);
+        let got = claim_within(s, &f, "c", "A", 100, 1, secs(700)).await;
+        assert_eq!(ids(&got), constrained[2..3]);
+
+        // Concurrent claims with different bounds (PostgreSQL may serve them in one
+        // statement): each answer keeps to its own bound; none is claimed twice.
+        let race = insert(s, &f, (800..840).map(|i| occ_of(&f, big, "r", i)).collect()).await;
+        let mut claimed: Vec<OccurrenceId> = Vec::new();
+        for _ in 0..20 {
+            let (a, b, c) = tokio::join!(
+                claim_within(s, &f, "r", "A", 10, big_size, secs(900)),
+                claim_within(s, &f, "r", "B", 10, 3 * big_size, secs(900)),
+                claim_within(s, &f, "r", "C", 10, 5 * big_size + 1, secs(900)),
+            );
+            assert!(
+                a.len() <= 1 && b.len() <= 3 && c.len() <= 5,
+                "{a:?} {b:?} {c:?}"
+            );
+            claimed.extend(ids(&a).into_iter().chain(ids(&b)).chain(ids(&c)));
+            if a.is_empty() && b.is_empty() && c.is_empty() {
+                break;
+            }
+        }
+        claimed.sort_unstable();
+        let mut expected = race.clone();
+        expected.sort_unstable();
+        assert_eq!(claimed, expected, "each claimed once, none left");
+    });
+}
