@@ -53,9 +53,17 @@ pub(crate) struct ServeArgs {
     /// [default: 30].
     #[arg(long, env = "CAMPANILE_SHUTDOWN_TIMEOUT")]
     shutdown_timeout: Option<u64>,
+    /// Seconds a client may leave an answer unread before its connection is closed
+    /// [default: 30].
+    #[arg(long, env = "CAMPANILE_SEND_TIMEOUT")]
+    send_timeout: Option<u64>,
+    /// MiB that the answers in flight (lists, claims) may hold at once, from before their
+    /// records are read until they are sent; at least 8 (one whole answer) [default: 128].
+    #[arg(long, env = "CAMPANILE_ANSWER_MEMORY_MIB")]
+    answer_memory_mib: Option<usize>,
     /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url,
     /// key_cache_ms, header_read_timeout, body_read_timeout, max_connections,
-    /// shutdown_timeout.
+    /// shutdown_timeout, send_timeout, answer_memory_mib.
     #[arg(long, env = "CAMPANILE_CONFIG")]
     config: Option<std::path::PathBuf>,
 }
@@ -74,6 +82,8 @@ struct FileConfig {
     body_read_timeout: Option<u64>,
     max_connections: Option<usize>,
     shutdown_timeout: Option<u64>,
+    send_timeout: Option<u64>,
+    answer_memory_mib: Option<usize>,
 }
 
 /// The resolved settings.
@@ -85,6 +95,7 @@ struct Settings {
     max_body_bytes: usize,
     nats_url: Option<String>,
     key_cache: std::time::Duration,
+    answer_memory: usize,
     http: campanile_server::http::HttpLimits,
 }
 
@@ -101,6 +112,15 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
         }
     };
     let http = http_limits(&args, &file)?;
+    let answer_memory = match args.answer_memory_mib.or(file.answer_memory_mib) {
+        None => 128 << 20,
+        Some(mib) if !(8..=1 << 20).contains(&mib) => {
+            return Err(CliError::usage(
+                "--answer-memory-mib must be between 8 (one whole answer) and 1048576",
+            ));
+        }
+        Some(mib) => mib << 20,
+    };
     let default_listen: SocketAddr = "127.0.0.1:7070"
         .parse()
         .map_err(|e| CliError::runtime(format!("{e}")))?;
@@ -119,6 +139,7 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
         key_cache: std::time::Duration::from_millis(
             args.key_cache_ms.or(file.key_cache_ms).unwrap_or(1000),
         ),
+        answer_memory,
         http,
     })
 }
@@ -166,6 +187,12 @@ fn http_limits(
             file.shutdown_timeout,
             "shutdown-timeout",
             d.shutdown_timeout,
+        )?,
+        send_timeout: secs(
+            args.send_timeout,
+            file.send_timeout,
+            "send-timeout",
+            d.send_timeout,
         )?,
     })
 }
@@ -340,6 +367,7 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         shards: args.shards,
         relay: relay.is_some(),
         key_cache: args.key_cache,
+        answer_memory: args.answer_memory,
     };
     let app = router(
         AppState::new(Arc::clone(&store), &cfg, Some(engine.planner().clone())),

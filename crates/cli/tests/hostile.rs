@@ -7,7 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::{free_port, http, wait_for};
@@ -40,7 +40,7 @@ fn start(extra: &[&str]) -> Node {
         .arg(dir.path().join("h.db"))
         .args(extra)
         .env("CAMPANILE_LOG", "info")
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(dir.path().join("serve.out")).unwrap())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
@@ -51,6 +51,30 @@ fn start(extra: &[&str]) -> Node {
         dir,
         log,
     }
+}
+
+impl Node {
+    /// The default tenant's API key, as the first start printed it.
+    fn key(&self) -> String {
+        let out = std::fs::read_to_string(self.dir.path().join("serve.out")).unwrap();
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
+            .expect("the first start prints the default tenant's key")
+    }
+}
+
+/// POSTs `body` as JSON; the status.
+fn post_json(port: u16, path: &str, key: &str, body: &str) -> u16 {
+    let mut s = connect(port);
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let (_, out) = until_closed(s);
+    out.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 fn connect(port: u16) -> TcpStream {
@@ -224,4 +248,50 @@ fn sigterm_with_a_request_hanging_exits_within_the_deadline() {
         .unwrap();
     assert_eq!(held, 0, "the node released its shards");
     drop((half_body, half_head));
+}
+
+/// An answer that its client leaves unread holds the node's answer memory only until the send
+/// timeout: the connection is then closed, and a request that waited for that memory is
+/// answered. (Without the timeout the second list would wait as long as the first client
+/// likes.)
+#[test]
+fn an_unread_answer_is_dropped_at_the_send_timeout_and_its_memory_freed() {
+    let node = start(&["--send-timeout", "2", "--answer-memory-mib", "8"]);
+    let key = node.key();
+    let blob = "x".repeat(200_000);
+    for i in 0..40 {
+        let body = format!(
+            r#"{{"queue": "big", "cron": "0 3 * * *", "payload": {{"i": {i}, "blob": "{blob}"}}}}"#
+        );
+        assert_eq!(post_json(node.port, "/v1/schedules", &key, &body), 201);
+    }
+    // ~8 MB of answer, more than the connection's buffers take while nobody reads.
+    let mut unread = connect(node.port);
+    write!(
+        unread,
+        "GET /v1/schedules?limit=500 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    let (status, _) =
+        common::http(node.port, "GET", "/v1/schedules?limit=1", Some(&key)).expect("answered");
+    let waited = start.elapsed();
+    assert_eq!(status, 200);
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(5),
+        "the second list waits for the first answer's memory until the send timeout: {waited:?}"
+    );
+    // The unread answer was cut off: what the client can still read ends short of it.
+    let (_, got) = until_closed(unread);
+    assert!(
+        got.starts_with("HTTP/1.1 200"),
+        "{}",
+        &got[..got.len().min(200)]
+    );
+    assert!(
+        got.len() < 8_000_000,
+        "the whole answer was sent: {} bytes",
+        got.len()
+    );
 }

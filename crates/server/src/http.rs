@@ -8,7 +8,10 @@
 //! the node from answering others, nor from stopping when its orchestrator asks.
 
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -16,6 +19,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
 /// What the server allows a client.
@@ -34,6 +38,9 @@ pub struct HttpLimits {
     /// On shutdown, how long in-flight requests may take to finish before their connections
     /// are closed. Default 30 s.
     pub shutdown_timeout: Duration,
+    /// Longest a client may leave an answer unread (the connection accepts none of its
+    /// bytes); the connection is then closed and the answer's memory freed. Default 30 s.
+    pub send_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -43,6 +50,7 @@ impl Default for HttpLimits {
             body_read_timeout: Duration::from_secs(30),
             max_connections: HttpLimits::default_max_connections(),
             shutdown_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -144,8 +152,8 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let (builder, watcher, app) = (Arc::clone(&builder), graceful.watcher(), app.clone());
         connections.spawn(async move {
-            let conn =
-                builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+            let io = TokioIo::new(WriteStall::new(stream, limits.send_timeout));
+            let conn = builder.serve_connection(io, TowerToHyperService::new(app));
             let _ = watcher.watch(conn).await;
             drop(slot);
         });
@@ -171,6 +179,102 @@ pub async fn serve(
     }
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// A connection whose writes fail once the peer has accepted nothing for `limit`: a client
+/// that stops reading its answer would otherwise hold the answer (and the connection) for as
+/// long as it likes. Reads are not timed here (hyper times the request's head; the body
+/// extractors its body).
+struct WriteStall<T> {
+    io: T,
+    limit: Duration,
+    /// Since when writes have been refused, as the deadline of the stall.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteStall<T> {
+    fn new(io: T, limit: Duration) -> WriteStall<T> {
+        WriteStall {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// After a write that did not progress: pending until the stall's deadline, then an error.
+    fn pending<R>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+        let limit = self.limit;
+        let deadline = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing of its answer for the send timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progressed<R>(
+        &mut self,
+        r: Poll<io::Result<R>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<R>> {
+        match r {
+            Poll::Pending => self.pending(cx),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteStall<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteStall<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.progressed(r, cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.progressed(r, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        this.progressed(r, cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// Whether to log a repeated condition now: at most once every 10 s.

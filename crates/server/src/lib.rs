@@ -6,6 +6,7 @@
 //! `/openapi.json` is generated from the handlers and types below.
 
 mod admin;
+mod answers;
 mod auth;
 mod body;
 pub mod dto;
@@ -44,6 +45,11 @@ pub struct ServerConfig {
     /// longest a key revoked elsewhere keeps working on this node. Zero reads the key on
     /// every request.
     pub key_cache: std::time::Duration,
+    /// Bytes that the answers in flight (lists, claims) may hold at once, from before their
+    /// records are read until they are sent (default 128 MiB; never below one answer,
+    /// [`ANSWER_BYTES`]). Past it, a claim's answer is bounded by what is free and a list
+    /// waits for room.
+    pub answer_memory: usize,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +59,7 @@ impl Default for ServerConfig {
             shards: 16,
             relay: false,
             key_cache: std::time::Duration::from_secs(1),
+            answer_memory: 128 << 20,
         }
     }
 }
@@ -80,6 +87,11 @@ impl AnswerBudget {
             left: ANSWER_BYTES,
             empty: true,
         }
+    }
+
+    /// Bytes of JSON counted so far.
+    pub(crate) fn used(&self) -> usize {
+        ANSWER_BYTES - self.left
     }
 
     /// Whether `record` fits (the first one always does); if it does, it is counted.
@@ -122,6 +134,10 @@ pub struct AppState {
     /// Records read per store call by the list endpoints: as many as fit in [`ANSWER_BYTES`]
     /// at the largest payload or result a request body can carry.
     pub(crate) list_chunk: u32,
+    /// The node's budget for answers in flight.
+    pub(crate) answers: answers::AnswerMemory,
+    /// Largest accepted request body: the largest payload an answer can carry.
+    pub(crate) max_body_bytes: usize,
     metrics: PrometheusHandle,
 }
 
@@ -144,6 +160,8 @@ impl AppState {
             relay: cfg.relay,
             list_chunk: (ANSWER_BYTES / (cfg.max_body_bytes + RECORD_OVERHEAD)).clamp(1, 1000)
                 as u32,
+            answers: answers::AnswerMemory::new(cfg),
+            max_body_bytes: cfg.max_body_bytes,
             keys: Arc::new(auth::KeyCache::new(
                 cfg.key_cache,
                 Arc::new(campanile_core::SystemClock),

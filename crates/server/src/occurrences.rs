@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use campanile_core::{ErrorClass, OccurrenceId, ScheduleId};
 use campanile_store::{
     Ack, ClaimKey, Claimed, Conflict, Finish, FinishItem, LeaseRef, LeaseRenew, OccurrenceCancel,
@@ -83,7 +84,7 @@ pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<ListQuery>,
-) -> Result<Json<OccurrenceList>, ApiError> {
+) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::invalid("limit must be between 1 and 1000"));
@@ -120,6 +121,10 @@ pub(crate) async fn list(
         })
         .transpose()?;
     let st = q.state.as_deref().map(parse_state).transpose()?;
+    let mut hold = state
+        .answers
+        .hold(crate::ANSWER_BYTES, crate::ANSWER_BYTES)
+        .await;
     let mut page = crate::AnswerBudget::new();
     let mut occurrences = Vec::new();
     let (mut cursor, mut more, mut truncated) = (after, false, false);
@@ -155,11 +160,15 @@ pub(crate) async fn list(
     let next_cursor = (truncated || more)
         .then(|| cursor.map(|(at, id)| format!("{}_{}", at.as_millisecond(), id)))
         .flatten();
-    Ok(Json(OccurrenceList {
-        occurrences,
-        next_cursor,
-        truncated,
-    }))
+    hold.shrink_to(page.used());
+    Ok(hold.attach(
+        Json(OccurrenceList {
+            occurrences,
+            next_cursor,
+            truncated,
+        })
+        .into_response(),
+    ))
 }
 
 async fn get_by(
@@ -289,6 +298,11 @@ pub(crate) struct ClaimedOut {
 pub(crate) struct ClaimOut {
     /// What was claimed (possibly nothing).
     occurrences: Vec<ClaimedOut>,
+    /// The answer stopped at its size bound (at most 8 MiB of payloads, less while the node's
+    /// answer memory is busy; always at least one occurrence): more may be due now, so claim
+    /// again without waiting. Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
 }
 
 /// Claim due occurrences of one of the tenant's queues.
@@ -300,11 +314,11 @@ pub(crate) async fn claim(
     caller: Caller,
     PathParams(queue): PathParams<String>,
     body: JsonBody<ClaimInput>,
-) -> Result<Json<ClaimOut>, ApiError> {
+) -> Result<Response, ApiError> {
     let b = body.value;
     check_worker(&b.worker_id)?;
     let key = claim_key(b.claim_key, b.resent)?;
-    let claim = checked_claim(
+    let mut claim = checked_claim(
         caller.tenant,
         queue,
         b.worker_id,
@@ -316,19 +330,57 @@ pub(crate) async fn claim(
     // now would take the cluster for down and judge this work by the misfire policy, and after
     // a database outage the outage check (made by the next planning pass) must come first.
     // What a claim sent again already holds is handed out already: it comes back.
-    if !node_is_live(&state) {
-        let tenant = claim.tenant;
+    let mut hold = claim_hold(&state, &mut claim).await;
+    let (tenant, max) = (claim.tenant, claim.max);
+    let got = if node_is_live(&state) {
+        state.store.occurrence_claim(claim).await?
+    } else {
         let held = state.store.occurrence_claimed_with_key(claim).await?;
         if held.is_empty() {
             return Err(ApiError::node_not_live());
         }
-        return Ok(Json(ClaimOut {
-            occurrences: claimed_out(&state, tenant, held).await,
-        }));
-    }
-    Ok(Json(ClaimOut {
-        occurrences: run_claim(&state, claim).await?,
-    }))
+        held
+    };
+    let truncated = cut_short(&state, &hold, max, &got);
+    hold.shrink_to(answer_bytes(&got));
+    let out = ClaimOut {
+        occurrences: claimed_out(&state, tenant, got).await,
+        truncated,
+    };
+    Ok(hold.attach(Json(out).into_response()))
+}
+
+/// A claim's share of the node's answer memory: what its answer could take (at most
+/// [`crate::ANSWER_BYTES`]), or less when less is free (at least room for one occurrence of
+/// the largest payload); the claim's size bound is set to it.
+async fn claim_hold(state: &AppState, claim: &mut OccurrenceClaim) -> crate::answers::AnswerHold {
+    let record = state.max_body_bytes + campanile_store::CLAIM_RECORD_BYTES as usize;
+    let want = record
+        .saturating_mul(claim.max as usize)
+        .min(crate::ANSWER_BYTES);
+    let hold = state.answers.hold(want, record).await;
+    claim.max_bytes = Some(hold.bytes() as u64);
+    hold
+}
+
+/// What `got` counts against its claim's size bound.
+fn answer_bytes(got: &[Claimed]) -> usize {
+    got.iter()
+        .map(|c| usize::try_from(c.answer_bytes()).unwrap_or(usize::MAX))
+        .fold(0, usize::saturating_add)
+}
+
+/// Whether a claim of `max` that answered `got` within `hold` may have stopped at its size
+/// bound: fewer than `max`, and the next occurrence (of a payload up to the largest request
+/// body) might not have fit.
+fn cut_short(
+    state: &AppState,
+    hold: &crate::answers::AnswerHold,
+    max: u32,
+    got: &[Claimed],
+) -> bool {
+    let record = state.max_body_bytes + campanile_store::CLAIM_RECORD_BYTES as usize;
+    got.len() < max as usize && answer_bytes(got).saturating_add(record) > hold.bytes()
 }
 
 /// A claim's key as given, checked: `resent` means nothing without the key it resends.
@@ -393,12 +445,6 @@ fn node_is_live(state: &AppState) -> bool {
 }
 
 /// Runs a checked claim and counts what it got.
-async fn run_claim(state: &AppState, claim: OccurrenceClaim) -> Result<Vec<ClaimedOut>, ApiError> {
-    let tenant = claim.tenant;
-    let got = state.store.occurrence_claim(claim).await?;
-    Ok(claimed_out(state, tenant, got).await)
-}
-
 /// Counts what a claim got, and answers it.
 async fn claimed_out(state: &AppState, tenant: TenantId, got: Vec<Claimed>) -> Vec<ClaimedOut> {
     Claimed::count(&state.classes.class_of(tenant).await, got.iter());
@@ -834,6 +880,9 @@ pub(crate) struct CompletionsOut {
     /// answers those with 503).
     #[serde(skip_serializing_if = "Option::is_none")]
     claimed: Option<Vec<ClaimedOut>>,
+    /// `claimed` stopped at its size bound, as a claim's `truncated` says. Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    claimed_truncated: bool,
 }
 
 /// Many outcomes in one request, each fenced on its own; with `claim`, then a claim of more
@@ -844,7 +893,7 @@ pub(crate) async fn completions(
     State(state): State<AppState>,
     caller: Caller,
     body: JsonBody<CompletionsInput>,
-) -> Result<Json<CompletionsOut>, ApiError> {
+) -> Result<Response, ApiError> {
     let b = body.value;
     check_worker(&b.worker_id)?;
     if b.items.is_empty() || b.items.len() > 1000 {
@@ -897,6 +946,12 @@ pub(crate) async fn completions(
     // The outcomes are written whatever the claim does: a claim that cannot run now answers
     // nothing, as an empty queue would, rather than turn recorded outcomes into an error
     // that a worker might take for unrecorded.
+    let mut claim = claim;
+    let max = claim.as_ref().map_or(0, |c| c.max);
+    let mut hold = match claim.as_mut() {
+        Some(c) => Some(claim_hold(&state, c).await),
+        None => None,
+    };
     let (acks, got) = match claim {
         Some(c) if node_is_live(&state) => {
             let (acks, got) = state.store.occurrence_finish_and_claim(finish, c).await?;
@@ -925,14 +980,27 @@ pub(crate) async fn completions(
         ),
     };
     Ack::count_outcomes(&acks, succeeded);
+    let mut claimed_truncated = false;
     let claimed = match got {
-        Some(got) => Some(claimed_out(&state, caller.tenant, got).await),
+        Some(got) => {
+            if let Some(hold) = hold.as_mut() {
+                claimed_truncated = cut_short(&state, hold, max, &got);
+                hold.shrink_to(answer_bytes(&got));
+            }
+            Some(claimed_out(&state, caller.tenant, got).await)
+        }
         None => None,
     };
-    Ok(Json(CompletionsOut {
+    let out = Json(CompletionsOut {
         results: acks.iter().map(ack_out).collect(),
         claimed,
-    }))
+        claimed_truncated,
+    })
+    .into_response();
+    Ok(match hold {
+        Some(hold) => hold.attach(out),
+        None => out,
+    })
 }
 
 /// Re-ready a `DEAD` occurrence under the same id, history kept, attempt budget reset.

@@ -227,7 +227,7 @@ pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<ListQuery>,
-) -> Result<Json<ScheduleList>, ApiError> {
+) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::invalid("limit must be between 1 and 500"));
@@ -259,6 +259,10 @@ pub(crate) async fn list(
         return Err(ApiError::invalid("queue: a queue name never contains NUL"));
     }
     let now = state.store.store_now().await?;
+    let mut hold = state
+        .answers
+        .hold(crate::ANSWER_BYTES, crate::ANSWER_BYTES)
+        .await;
     let mut page = crate::AnswerBudget::new();
     let mut schedules = Vec::new();
     let (mut cursor, mut more, mut truncated) = (after, false, false);
@@ -291,11 +295,15 @@ pub(crate) async fn list(
     let next_cursor = (truncated || more)
         .then(|| cursor.map(|c| c.to_string()))
         .flatten();
-    Ok(Json(ScheduleList {
-        schedules,
-        next_cursor,
-        truncated,
-    }))
+    hold.shrink_to(page.used());
+    Ok(hold.attach(
+        Json(ScheduleList {
+            schedules,
+            next_cursor,
+            truncated,
+        })
+        .into_response(),
+    ))
 }
 
 /// One schedule, with its next 5 fire times.

@@ -2766,6 +2766,91 @@ async fn a_claim_sent_again_gets_what_it_claimed() {
     );
 }
 
+/// A claim of occurrences with large payloads answers at most 8 MiB of them (the first
+/// always), says it stopped short, and the next claims take the rest: each occurrence is
+/// claimed once. The same bound holds for a report that claims.
+#[tokio::test]
+async fn claims_of_large_payloads_are_bounded_answers() {
+    let app = app().await;
+    let k = Some(app.a.as_str());
+    let blob = "x".repeat(200_000);
+    for i in 0..60 {
+        let mut def = due_now("bigclaim");
+        def["payload"] = json!({"i": i, "blob": blob});
+        let (s, v) = app.call("POST", "/v1/schedules", k, Some(def)).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    app.plan().await;
+    let mut claimed = std::collections::BTreeSet::new();
+    let (mut answers, mut truncated) = (0, 0);
+    let mut held: Option<Value> = None;
+    loop {
+        let (s, v) = match held.take() {
+            // Every other claim is a report that claims (the previous answer's first).
+            Some(first) => {
+                let (s, v) = app
+                    .call(
+                        "POST",
+                        "/v1/completions",
+                        k,
+                        Some(
+                            json!({"worker_id": "w", "items": [{"occurrence_id": first["id"],
+                            "epoch": first["epoch"], "result": 1}],
+                            "claim": {"queue": "bigclaim", "max": 1000}}),
+                        ),
+                    )
+                    .await;
+                assert_eq!(v["results"][0]["outcome"], "accepted", "{v}");
+                (
+                    s,
+                    json!({"occurrences": v["claimed"], "truncated": v["claimed_truncated"]}),
+                )
+            }
+            None => {
+                app.call(
+                    "POST",
+                    "/v1/queues/bigclaim/claim",
+                    k,
+                    Some(json!({"worker_id": "w", "max": 1000})),
+                )
+                .await
+            }
+        };
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let got = v["occurrences"].as_array().unwrap();
+        if got.is_empty() {
+            break;
+        }
+        answers += 1;
+        let size = serde_json::to_vec(got).unwrap().len();
+        assert!(
+            size <= campanile_server::ANSWER_BYTES,
+            "an answer of {size} bytes"
+        );
+        for o in got {
+            assert!(
+                claimed.insert(o["id"].as_str().unwrap().to_string()),
+                "claimed twice"
+            );
+        }
+        // Stopped at the bound: the next 200 KB payload would not have fit.
+        let cut = size + 200_000 > campanile_server::ANSWER_BYTES;
+        assert_eq!(
+            v["truncated"] == true,
+            cut,
+            "{} occurrences, {size} bytes",
+            got.len()
+        );
+        truncated += usize::from(cut);
+        held = Some(got[0].clone());
+    }
+    assert_eq!(claimed.len(), 60);
+    assert!(
+        answers >= 2 && truncated >= 1,
+        "{answers} answers, {truncated} cut short"
+    );
+}
+
 /// A list whose records carry large payloads stops at the answer's size bound, says so, and
 /// goes on from its cursor: every schedule is listed once across the pages, and no page
 /// passes the bound (8 MiB; before, `limit=500` answered every payload at once).

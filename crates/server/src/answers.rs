@@ -1,0 +1,243 @@
+//! Memory held by answers in flight: one budget per node ([`ServerConfig::answer_memory`]).
+//!
+//! A list or claim answer is bounded on its own ([`crate::ANSWER_BYTES`]), but a node
+//! answers many at once, and an answer stays in memory until its client has read it. Each
+//! such answer holds its share of the node's budget from before its records are read until
+//! its body is sent (or its connection closed): a burst of large answers waits for room
+//! instead of growing the process toward the OOM killer.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use http_body::{Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::ServerConfig;
+
+/// The budget is counted in units of this many bytes.
+const UNIT: usize = 1024;
+
+/// The node's budget for answers in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct AnswerMemory {
+    units: Arc<Semaphore>,
+    /// The whole budget, in units.
+    total: usize,
+}
+
+impl AnswerMemory {
+    /// The budget of `cfg` (never below one whole answer, [`crate::ANSWER_BYTES`]).
+    pub(crate) fn new(cfg: &ServerConfig) -> AnswerMemory {
+        let total = cfg.answer_memory.max(crate::ANSWER_BYTES).div_ceil(UNIT);
+        AnswerMemory {
+            units: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// A hold of up to `want` bytes: as much as is free now, but at least `floor` bytes (for
+    /// which it waits). An answer sized by its hold ([`AnswerHold::bytes`]) shrinks under
+    /// load rather than wait for a whole answer's room.
+    pub(crate) async fn hold(&self, want: usize, floor: usize) -> AnswerHold {
+        let want = want.div_ceil(UNIT).clamp(1, self.total);
+        let floor = floor.div_ceil(UNIT).clamp(1, want);
+        let free = self.units.available_permits();
+        let units = free.clamp(floor, want);
+        let held = Arc::clone(&self.units)
+            .acquire_many_owned(u32::try_from(units).unwrap_or(u32::MAX))
+            .await;
+        let hold = AnswerHold {
+            permit: held.ok(),
+            gauge: Gauge(self.clone()),
+        };
+        hold.gauge.set();
+        hold
+    }
+
+    /// Bytes held now by answers in flight.
+    fn held_bytes(&self) -> usize {
+        (self.total - self.units.available_permits()) * UNIT
+    }
+}
+
+/// Publishes what the budget holds as `campanile_http_answer_bytes_held`.
+#[derive(Debug)]
+struct Gauge(AnswerMemory);
+
+impl Gauge {
+    fn set(&self) {
+        metrics::gauge!("campanile_http_answer_bytes_held").set(self.0.held_bytes() as f64);
+    }
+}
+
+/// An answer's share of the node's budget ([`AnswerMemory::hold`]).
+#[derive(Debug)]
+pub(crate) struct AnswerHold {
+    /// `None` only if the budget were closed (it never is): then nothing is held.
+    permit: Option<OwnedSemaphorePermit>,
+    gauge: Gauge,
+}
+
+impl AnswerHold {
+    /// The bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+    }
+
+    /// Keeps only what `bytes` needs, giving the rest back (once an answer is read and
+    /// known, it holds its own size until sent, not the room it was given).
+    pub(crate) fn shrink_to(&mut self, bytes: usize) {
+        let keep = bytes.div_ceil(UNIT).max(1);
+        if let Some(p) = self.permit.as_mut() {
+            if p.num_permits() > keep {
+                drop(p.split(p.num_permits() - keep));
+                self.gauge.set();
+            }
+        }
+    }
+
+    /// `resp`, holding this until its body has been sent or dropped.
+    pub(crate) fn attach(self, resp: Response) -> Response {
+        resp.map(|inner| {
+            Body::new(HeldBody {
+                inner,
+                rest: Bytes::new(),
+                hold: self,
+            })
+        })
+    }
+}
+
+impl Drop for AnswerHold {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.gauge.set();
+    }
+}
+
+/// A response body that keeps its answer's hold until it is done with. The answer goes out
+/// in frames of at most [`FRAME`] bytes: hyper takes the next frame only once it has written
+/// most of the last, so the body — and its hold — lasts as long as its bytes are unsent (a
+/// single frame would be taken whole at once, and the hold dropped with the body while the
+/// bytes wait for the client).
+struct HeldBody {
+    inner: Body,
+    /// What is left of the frame being sent.
+    rest: Bytes,
+    #[allow(dead_code)] // held for its `Drop`
+    hold: AnswerHold,
+}
+
+/// The largest frame of a held answer.
+const FRAME: usize = 64 << 10;
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        if !this.rest.is_empty() {
+            let n = this.rest.len().min(FRAME);
+            return Poll::Ready(Some(Ok(Frame::data(this.rest.split_to(n)))));
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(mut data) => {
+                    if data.len() > FRAME {
+                        this.rest = data.split_off(FRAME);
+                    }
+                    Poll::Ready(Some(Ok(Frame::data(data))))
+                }
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let inner = self.inner.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(bytes: usize) -> AnswerMemory {
+        AnswerMemory::new(&ServerConfig {
+            answer_memory: bytes,
+            ..ServerConfig::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn holds_take_what_is_free_down_to_their_floor_and_give_back_on_shrink_and_drop() {
+        let m = memory(crate::ANSWER_BYTES * 2);
+        let mut a = m.hold(crate::ANSWER_BYTES, 1).await;
+        assert_eq!(a.bytes(), crate::ANSWER_BYTES);
+        let b = m.hold(crate::ANSWER_BYTES * 4, 1).await;
+        assert_eq!(b.bytes(), crate::ANSWER_BYTES, "what is free, not more");
+        // Nothing free: a hold waits for its floor.
+        let m2 = m.clone();
+        let waiting = tokio::spawn(async move { m2.hold(crate::ANSWER_BYTES, 4096).await.bytes() });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        a.shrink_to(10_000);
+        assert_eq!(a.bytes(), 10 * UNIT);
+        let got = waiting.await.expect("hold");
+        assert!((4096..crate::ANSWER_BYTES).contains(&got), "{got}");
+        drop((a, b));
+        assert_eq!(m.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_attached_hold_is_kept_until_the_last_frame_is_taken() {
+        use http_body_util::BodyExt;
+        let m = memory(crate::ANSWER_BYTES);
+        let hold = m.hold(crate::ANSWER_BYTES, 1).await;
+        let answer = vec![7u8; FRAME * 2 + 5];
+        let resp = hold.attach(Response::new(Body::from(answer.clone())));
+        assert_eq!(m.held_bytes(), crate::ANSWER_BYTES);
+        let mut body = resp.into_body();
+        assert_eq!(
+            http_body::Body::size_hint(&body).exact(),
+            Some(answer.len() as u64)
+        );
+        let mut sent = Vec::new();
+        let mut frames = 0;
+        while let Some(frame) = body.frame().await {
+            let data = frame.expect("frame").into_data().expect("data");
+            assert!(data.len() <= FRAME);
+            sent.extend_from_slice(&data);
+            frames += 1;
+            if frames < 3 {
+                assert_eq!(
+                    m.held_bytes(),
+                    crate::ANSWER_BYTES,
+                    "held while frames are left"
+                );
+            }
+        }
+        assert_eq!((sent, frames), (answer, 3));
+        drop(body);
+        assert_eq!(m.held_bytes(), 0);
+    }
+}
