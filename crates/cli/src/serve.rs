@@ -58,7 +58,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "CAMPANILE_SEND_TIMEOUT")]
     send_timeout: Option<u64>,
     /// MiB that the answers in flight (lists, claims) may hold at once, from before their
-    /// records are read until they are sent; at least 8 (one whole answer) [default: 128].
+    /// records are read until they are sent, an answer counting twice its size while it is
+    /// built; at least 16 (one whole answer being built) [default: 64].
     #[arg(long, env = "CAMPANILE_ANSWER_MEMORY_MIB")]
     answer_memory_mib: Option<usize>,
     /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url,
@@ -113,10 +114,10 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
     };
     let http = http_limits(&args, &file)?;
     let answer_memory = match args.answer_memory_mib.or(file.answer_memory_mib) {
-        None => 128 << 20,
-        Some(mib) if !(8..=1 << 20).contains(&mib) => {
+        None => 64 << 20,
+        Some(mib) if !(16..=1 << 20).contains(&mib) => {
             return Err(CliError::usage(
-                "--answer-memory-mib must be between 8 (one whole answer) and 1048576",
+                "--answer-memory-mib must be between 16 (one whole answer being built) and 1048576",
             ));
         }
         Some(mib) => mib << 20,

@@ -256,7 +256,7 @@ fn sigterm_with_a_request_hanging_exits_within_the_deadline() {
 /// likes.)
 #[test]
 fn an_unread_answer_is_dropped_at_the_send_timeout_and_its_memory_freed() {
-    let node = start(&["--send-timeout", "2", "--answer-memory-mib", "8"]);
+    let node = start(&["--send-timeout", "2", "--answer-memory-mib", "16"]);
     let key = node.key();
     let blob = "x".repeat(200_000);
     for i in 0..40 {

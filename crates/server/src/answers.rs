@@ -20,6 +20,11 @@ use crate::ServerConfig;
 /// The budget is counted in units of this many bytes.
 const UNIT: usize = 1024;
 
+/// What an answer of `n` bytes takes from the budget while it is built: its records as read
+/// and their JSON live side by side until the JSON is complete, so twice its size. Once built,
+/// it keeps only its JSON's size ([`AnswerHold::shrink_to`]).
+const BUILDING: usize = 2;
+
 /// The node's budget for answers in flight.
 #[derive(Debug, Clone)]
 pub(crate) struct AnswerMemory {
@@ -29,21 +34,31 @@ pub(crate) struct AnswerMemory {
 }
 
 impl AnswerMemory {
-    /// The budget of `cfg` (never below one whole answer, [`crate::ANSWER_BYTES`]).
+    /// The budget of `cfg` (never below one whole answer being built,
+    /// [`AnswerMemory::MIN_BYTES`]).
     pub(crate) fn new(cfg: &ServerConfig) -> AnswerMemory {
-        let total = cfg.answer_memory.max(crate::ANSWER_BYTES).div_ceil(UNIT);
+        let total = cfg.answer_memory.max(Self::MIN_BYTES).div_ceil(UNIT);
         AnswerMemory {
             units: Arc::new(Semaphore::new(total)),
             total,
         }
     }
 
-    /// A hold of up to `want` bytes: as much as is free now, but at least `floor` bytes (for
-    /// which it waits). An answer sized by its hold ([`AnswerHold::bytes`]) shrinks under
-    /// load rather than wait for a whole answer's room.
+    /// The smallest budget: one whole answer ([`crate::ANSWER_BYTES`]) being built.
+    pub(crate) const MIN_BYTES: usize = crate::ANSWER_BYTES * BUILDING;
+
+    /// A hold for an answer of up to `want` bytes: as much as is free now, but at least
+    /// `floor` bytes (for which it waits). An answer sized by its hold ([`AnswerHold::bytes`])
+    /// shrinks under load rather than wait for a whole answer's room.
     pub(crate) async fn hold(&self, want: usize, floor: usize) -> AnswerHold {
-        let want = want.div_ceil(UNIT).clamp(1, self.total);
-        let floor = floor.div_ceil(UNIT).clamp(1, want);
+        let want = want
+            .saturating_mul(BUILDING)
+            .div_ceil(UNIT)
+            .clamp(BUILDING, self.total);
+        let floor = floor
+            .saturating_mul(BUILDING)
+            .div_ceil(UNIT)
+            .clamp(BUILDING, want);
         let free = self.units.available_permits();
         let units = free.clamp(floor, want);
         let held = Arc::clone(&self.units)
@@ -82,13 +97,15 @@ pub(crate) struct AnswerHold {
 }
 
 impl AnswerHold {
-    /// The bytes held.
+    /// The size of the answer this holds room for, in bytes.
     pub(crate) fn bytes(&self) -> usize {
-        self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+        self.permit
+            .as_ref()
+            .map_or(0, |p| p.num_permits() * UNIT / BUILDING)
     }
 
-    /// Keeps only what `bytes` needs, giving the rest back (once an answer is read and
-    /// known, it holds its own size until sent, not the room it was given).
+    /// Keeps only what an answer of `bytes` needs once built, giving the rest back (once an
+    /// answer is built, it holds its own size until sent, not the room it was given).
     pub(crate) fn shrink_to(&mut self, bytes: usize) {
         let keep = bytes.div_ceil(UNIT).max(1);
         if let Some(p) = self.permit.as_mut() {
@@ -190,9 +207,14 @@ mod tests {
 
     #[tokio::test]
     async fn holds_take_what_is_free_down_to_their_floor_and_give_back_on_shrink_and_drop() {
-        let m = memory(crate::ANSWER_BYTES * 2);
+        let m = memory(AnswerMemory::MIN_BYTES * 2);
         let mut a = m.hold(crate::ANSWER_BYTES, 1).await;
         assert_eq!(a.bytes(), crate::ANSWER_BYTES);
+        assert_eq!(
+            m.held_bytes(),
+            crate::ANSWER_BYTES * BUILDING,
+            "room to build it"
+        );
         let b = m.hold(crate::ANSWER_BYTES * 4, 1).await;
         assert_eq!(b.bytes(), crate::ANSWER_BYTES, "what is free, not more");
         // Nothing free: a hold waits for its floor.
@@ -201,9 +223,10 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         a.shrink_to(10_000);
-        assert_eq!(a.bytes(), 10 * UNIT);
         let got = waiting.await.expect("hold");
-        assert!((4096..crate::ANSWER_BYTES).contains(&got), "{got}");
+        assert_eq!(got, 4096, "its floor: all that was free when it asked");
+        // (That hold is dropped with its task.)
+        assert_eq!(m.held_bytes(), 10 * UNIT + crate::ANSWER_BYTES * BUILDING);
         drop((a, b));
         assert_eq!(m.held_bytes(), 0);
     }
@@ -211,11 +234,13 @@ mod tests {
     #[tokio::test]
     async fn an_attached_hold_is_kept_until_the_last_frame_is_taken() {
         use http_body_util::BodyExt;
-        let m = memory(crate::ANSWER_BYTES);
-        let hold = m.hold(crate::ANSWER_BYTES, 1).await;
+        let m = memory(AnswerMemory::MIN_BYTES);
+        let mut hold = m.hold(crate::ANSWER_BYTES, 1).await;
         let answer = vec![7u8; FRAME * 2 + 5];
+        hold.shrink_to(answer.len());
+        let held = answer.len().div_ceil(UNIT) * UNIT;
         let resp = hold.attach(Response::new(Body::from(answer.clone())));
-        assert_eq!(m.held_bytes(), crate::ANSWER_BYTES);
+        assert_eq!(m.held_bytes(), held);
         let mut body = resp.into_body();
         assert_eq!(
             http_body::Body::size_hint(&body).exact(),
@@ -229,11 +254,7 @@ mod tests {
             sent.extend_from_slice(&data);
             frames += 1;
             if frames < 3 {
-                assert_eq!(
-                    m.held_bytes(),
-                    crate::ANSWER_BYTES,
-                    "held while frames are left"
-                );
+                assert_eq!(m.held_bytes(), held, "held while frames are left");
             }
         }
         assert_eq!((sent, frames), (answer, 3));

@@ -46,9 +46,10 @@ pub struct ServerConfig {
     /// every request.
     pub key_cache: std::time::Duration,
     /// Bytes that the answers in flight (lists, claims) may hold at once, from before their
-    /// records are read until they are sent (default 128 MiB; never below one answer,
-    /// [`ANSWER_BYTES`]). Past it, a claim's answer is bounded by what is free and a list
-    /// waits for room.
+    /// records are read until they are sent: an answer being built counts twice its size
+    /// (its records and their JSON), a built one its size (default 64 MiB; never below one
+    /// answer being built, 16 MiB). Past it, a claim's answer is bounded by what is free and
+    /// a list waits for room.
     pub answer_memory: usize,
 }
 
@@ -59,7 +60,7 @@ impl Default for ServerConfig {
             shards: 16,
             relay: false,
             key_cache: std::time::Duration::from_secs(1),
-            answer_memory: 128 << 20,
+            answer_memory: 64 << 20,
         }
     }
 }
