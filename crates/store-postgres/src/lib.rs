@@ -8,11 +8,26 @@
 //!   so every node judges leases by one clock. Tests pass `now` and step it exactly.
 //! - Batch operations ship their rows as arrays (`unnest`), one statement per batch.
 
-mod admin;
+mod api_key;
+mod claim;
+mod claimed;
 mod coalesce;
+mod constrained;
+mod db;
+mod fenced;
+mod finish;
+mod idempotency;
+mod lease;
 mod migrate;
-mod ops;
-mod schedules;
+mod occurrence;
+#[cfg(test)]
+mod plan_tests;
+mod planning;
+mod queue;
+mod relay;
+mod schedule;
+mod tenant;
+mod version;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -21,6 +36,8 @@ use async_trait::async_trait;
 use campanile_store::*;
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use jiff::Timestamp;
+
+use crate::db::{pg_err, pool_err, resolve_now};
 
 pub use migrate::MIGRATIONS;
 
@@ -34,11 +51,11 @@ pub struct PgStore {
     pool: Pool,
     schema: Option<Arc<str>>,
     /// Concurrent claims of one queue share a statement.
-    claims: Arc<coalesce::Coalescer<ops::ClaimBatch>>,
+    claims: Arc<coalesce::Coalescer<claim::ClaimBatch>>,
     /// Concurrent batches of successes of one tenant share a statement.
-    successes: Arc<coalesce::Coalescer<ops::SuccessBatch>>,
+    successes: Arc<coalesce::Coalescer<finish::SuccessBatch>>,
     /// Concurrent reports that claim more work share a transaction.
-    finish_claims: Arc<coalesce::Coalescer<ops::FinishClaimBatch>>,
+    finish_claims: Arc<coalesce::Coalescer<finish::FinishClaimBatch>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -65,37 +82,6 @@ impl Default for PgOptions {
             schema: None,
             pool_size: 16,
         }
-    }
-}
-
-/// What went wrong, in words: the server's message for an error it reported, or the client's
-/// with its cause (`tokio_postgres::Error`'s own `Display` says only "db error" for the first
-/// and leaves the cause out of the second).
-pub(crate) fn pg_message(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return db.to_string();
-    }
-    match std::error::Error::source(e) {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    }
-}
-
-pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
-    use tokio_postgres::error::SqlState;
-    let message = pg_message(&e);
-    match e.code() {
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::AlreadyExists(message),
-        Some(c)
-            if *c == SqlState::ADMIN_SHUTDOWN
-                || *c == SqlState::CANNOT_CONNECT_NOW
-                || *c == SqlState::CONNECTION_FAILURE
-                || *c == SqlState::TOO_MANY_CONNECTIONS =>
-        {
-            StoreError::Unavailable(message)
-        }
-        Some(_) => StoreError::Database(message),
-        None => StoreError::Unavailable(message),
     }
 }
 
@@ -165,13 +151,6 @@ impl Drop for SchemaGuard {
     }
 }
 
-pub(crate) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 fn valid_schema(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
@@ -233,9 +212,11 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot build the connection pool: {e}")))?;
         let store = PgStore {
-            claims: coalesce::Coalescer::new(ops::ClaimBatch { pool: pool.clone() }),
-            successes: coalesce::Coalescer::new(ops::SuccessBatch { pool: pool.clone() }),
-            finish_claims: coalesce::Coalescer::new(ops::FinishClaimBatch { pool: pool.clone() }),
+            claims: coalesce::Coalescer::new(claim::ClaimBatch { pool: pool.clone() }),
+            successes: coalesce::Coalescer::new(finish::SuccessBatch { pool: pool.clone() }),
+            finish_claims: coalesce::Coalescer::new(finish::FinishClaimBatch {
+                pool: pool.clone(),
+            }),
             pool,
             schema: opts.schema.map(Arc::from),
         };
@@ -370,43 +351,22 @@ impl PgStore {
     }
 }
 
-/// `now` in Unix milliseconds: the caller's, or the database's clock.
-pub(crate) async fn resolve_now<C: deadpool_postgres::GenericClient>(
-    c: &C,
-    now: Option<Timestamp>,
-) -> Result<i64, StoreError> {
-    match now {
-        Some(t) => Ok(t.as_millisecond()),
-        None => {
-            let stmt = c
-                .prepare_cached("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
-                .await
-                .map_err(pg_err)?;
-            c.query_one(&stmt, &[])
-                .await
-                .map_err(pg_err)?
-                .try_get(0)
-                .map_err(pg_err)
-        }
-    }
-}
-
 #[async_trait]
 impl Store for PgStore {
     async fn tenant_create(&self, p: TenantCreate) -> Result<Tenant, StoreError> {
-        ops::tenant_create(&self.client().await?, p).await
+        tenant::tenant_create(&self.client().await?, p).await
     }
 
     async fn schedule_create(&self, p: ScheduleCreate) -> Result<(), StoreError> {
-        ops::schedule_create(&mut self.client().await?, p).await
+        schedule::schedule_create(&mut self.client().await?, p).await
     }
 
     async fn schedule_create_many(&self, p: ScheduleCreateMany) -> Result<u64, StoreError> {
-        schedules::schedule_create_many(&mut self.client().await?, p).await
+        schedule::schedule_create_many(&mut self.client().await?, p).await
     }
 
     async fn occurrence_insert_many(&self, p: OccurrenceInsertMany) -> Result<u64, StoreError> {
-        ops::occurrence_insert_many(&mut self.client().await?, p).await
+        occurrence::occurrence_insert_many(&mut self.client().await?, p).await
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
@@ -428,7 +388,7 @@ impl Store for PgStore {
             p.now.map(|t| t.as_millisecond()),
         );
         let first = self.claims.call(key, p.clone()).await?;
-        ops::claim_rest(&self.pool, p, first).await
+        claim::claim_rest(&self.pool, p, first).await
     }
 
     async fn occurrence_claimed_with_key(
@@ -438,7 +398,7 @@ impl Store for PgStore {
         let Some(key) = p.key.filter(|k| k.resent) else {
             return Ok(Vec::new());
         };
-        ops::claimed_with_key(&self.client().await?, &p, key.id).await
+        claim::claimed_with_key(&self.client().await?, &p, key.id).await
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
@@ -448,25 +408,25 @@ impl Store for PgStore {
         if p.max == 0 {
             return Ok(Vec::new());
         }
-        ops::relay_claim(&mut self.client().await?, p).await
+        relay::relay_claim(&mut self.client().await?, p).await
     }
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
         if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
             return Err(StoreError::Invalid("lease must be positive".into()));
         }
-        ops::lease_renew(&self.client().await?, p).await
+        lease::lease_renew(&self.client().await?, p).await
     }
 
     async fn occurrence_finish_many(
         &self,
         p: OccurrenceFinishMany,
     ) -> Result<Vec<Ack>, StoreError> {
-        if ops::only_successes(&p) {
+        if finish::only_successes(&p) {
             let key = (p.tenant.0, p.now.map(|t| t.as_millisecond()));
             return self.successes.call(key, p).await;
         }
-        ops::occurrence_finish_many(&mut self.client().await?, p).await
+        finish::occurrence_finish_many(&mut self.client().await?, p).await
     }
 
     async fn occurrence_finish_and_claim(
@@ -480,7 +440,7 @@ impl Store for PgStore {
         // the parallelism of the two coalescers: at 100 per report the shared transaction
         // drained 5-25% slower. A report sent again goes apart too: its claim first looks for
         // what the first sending claimed.
-        let shareable = ops::only_successes(&finish)
+        let shareable = finish::only_successes(&finish)
             && finish.items.len() <= SHARED_REPORT_MAX
             && claim.max as usize <= SHARED_REPORT_MAX
             && finish.tenant == claim.tenant
@@ -502,33 +462,33 @@ impl Store for PgStore {
             .call(key, (finish, claim.clone()))
             .await?;
         let claimed = match first {
-            Ok(first) => ops::claim_rest(&self.pool, claim, first).await,
+            Ok(first) => claim::claim_rest(&self.pool, claim, first).await,
             Err(e) => Err(e),
         };
         Ok((acks, claimed))
     }
 
     async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError> {
-        ops::occurrence_cancel(&mut self.client().await?, p).await
+        finish::occurrence_cancel(&mut self.client().await?, p).await
     }
 
     async fn occurrence_redrive(&self, p: OccurrenceRedrive) -> Result<Ack, StoreError> {
-        ops::occurrence_redrive(&self.client().await?, p).await
+        finish::occurrence_redrive(&self.client().await?, p).await
     }
 
     async fn lease_sweep(&self, p: LeaseSweep) -> Result<SweepReport, StoreError> {
-        ops::lease_sweep(&self.client().await?, p).await
+        lease::lease_sweep(&self.client().await?, p).await
     }
 
     async fn occurrence_get(
         &self,
         p: OccurrenceGet,
     ) -> Result<Option<OccurrenceDetail>, StoreError> {
-        ops::occurrence_get(&self.client().await?, p).await
+        occurrence::occurrence_get(&self.client().await?, p).await
     }
 
     async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError> {
-        ops::occurrence_list(&self.client().await?, p).await
+        occurrence::occurrence_list(&self.client().await?, p).await
     }
 
     async fn store_now(&self) -> Result<Timestamp, StoreError> {
@@ -541,50 +501,50 @@ impl Store for PgStore {
         tenant: TenantId,
         id: campanile_core::ScheduleId,
     ) -> Result<Option<Timestamp>, StoreError> {
-        schedules::schedule_position(&self.client().await?, tenant, id).await
+        schedule::schedule_position(&self.client().await?, tenant, id).await
     }
 
     async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError> {
-        schedules::schedule_get(&self.client().await?, p.tenant, p.id).await
+        version::schedule_get(&self.client().await?, p.tenant, p.id).await
     }
 
     async fn schedule_update(&self, p: ScheduleUpdate) -> Result<ScheduleChange, StoreError> {
-        schedules::schedule_update(&mut self.client().await?, p).await
+        schedule::schedule_update(&mut self.client().await?, p).await
     }
 
     async fn schedule_transition(
         &self,
         p: ScheduleTransition,
     ) -> Result<ScheduleChange, StoreError> {
-        schedules::schedule_transition(&mut self.client().await?, p).await
+        schedule::schedule_transition(&mut self.client().await?, p).await
     }
 
     async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError> {
-        schedules::schedule_due(&self.client().await?, p).await
+        planning::schedule_due(&self.client().await?, p).await
     }
 
     async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError> {
-        ops::deployment_shards(&self.client().await?, shards).await
+        planning::deployment_shards(&self.client().await?, shards).await
     }
 
     async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
-        ops::backlog(&self.client().await?, now).await
+        occurrence::backlog(&self.client().await?, now).await
     }
 
     async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
-        schedules::schedule_next_due(&self.client().await?, shards).await
+        planning::schedule_next_due(&self.client().await?, shards).await
     }
 
     async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError> {
-        schedules::plan_commit(&mut self.client().await?, p).await
+        planning::plan_commit(&mut self.client().await?, p).await
     }
 
     async fn shard_acquire(&self, p: ShardAcquire) -> Result<ShardAcquired, StoreError> {
-        schedules::shard_acquire(&mut self.client().await?, p).await
+        planning::shard_acquire(&mut self.client().await?, p).await
     }
 
     async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError> {
-        schedules::shard_release(&self.client().await?, p).await
+        planning::shard_release(&self.client().await?, p).await
     }
 
     async fn store_ping(&self) -> Result<(), StoreError> {
@@ -597,19 +557,19 @@ impl Store for PgStore {
     }
 
     async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError> {
-        admin::tenant_list(&self.client().await?).await
+        tenant::tenant_list(&self.client().await?).await
     }
 
     async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
-        admin::tenant_by_name(&self.client().await?, name).await
+        tenant::tenant_by_name(&self.client().await?, name).await
     }
 
     async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError> {
-        admin::api_key_create(&self.client().await?, p).await
+        api_key::api_key_create(&self.client().await?, p).await
     }
 
     async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError> {
-        admin::api_key_find(&self.client().await?, hash).await
+        api_key::api_key_find(&self.client().await?, hash).await
     }
 
     async fn api_key_revoke(
@@ -617,11 +577,11 @@ impl Store for PgStore {
         prefix: &str,
         now: Option<Timestamp>,
     ) -> Result<u64, StoreError> {
-        admin::api_key_revoke(&self.client().await?, prefix, now).await
+        api_key::api_key_revoke(&self.client().await?, prefix, now).await
     }
 
     async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError> {
-        admin::schedule_list(&self.client().await?, p).await
+        schedule::schedule_list(&self.client().await?, p).await
     }
 
     async fn idempotency_get(
@@ -629,11 +589,11 @@ impl Store for PgStore {
         tenant: TenantId,
         key: &str,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
-        admin::idempotency_get(&self.client().await?, tenant, key).await
+        idempotency::idempotency_get(&self.client().await?, tenant, key).await
     }
 
     async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError> {
-        admin::idempotency_put(&self.client().await?, p).await
+        idempotency::idempotency_put(&self.client().await?, p).await
     }
 
     async fn idempotency_finish(
@@ -643,19 +603,19 @@ impl Store for PgStore {
         token: &str,
         answer: Option<(u16, String)>,
     ) -> Result<(), StoreError> {
-        admin::idempotency_finish(&self.client().await?, tenant, key, token, answer).await
+        idempotency::idempotency_finish(&self.client().await?, tenant, key, token, answer).await
     }
 
     async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError> {
-        admin::tenant_quota_get(&self.client().await?, tenant).await
+        tenant::tenant_quota_get(&self.client().await?, tenant).await
     }
 
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
-        admin::tenant_quota_set(&self.client().await?, p).await
+        tenant::tenant_quota_set(&self.client().await?, p).await
     }
 
     async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError> {
-        admin::tenant_class_set(&mut self.client().await?, p).await
+        tenant::tenant_class_set(&mut self.client().await?, p).await
     }
 
     async fn queue_limit_set(
@@ -664,14 +624,14 @@ impl Store for PgStore {
         queue: &str,
         max_running: Option<i64>,
     ) -> Result<(), StoreError> {
-        admin::queue_limit_set(&self.client().await?, tenant, queue, max_running).await
+        tenant::queue_limit_set(&self.client().await?, tenant, queue, max_running).await
     }
 
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
-        schedules::missed_range_list(&self.client().await?, p).await
+        planning::missed_range_list(&self.client().await?, p).await
     }
 
     async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
-        schedules::schedule_versions(&self.client().await?, p.tenant, p.id).await
+        version::schedule_versions(&self.client().await?, p.tenant, p.id).await
     }
 }

@@ -3,7 +3,7 @@
 
 use campanile_store::{StoreError, upgrade};
 
-use crate::{pg_err, pg_message};
+use crate::db::{pg_err, pg_message};
 
 /// `(version, name, sql)` of every migration, in order.
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[

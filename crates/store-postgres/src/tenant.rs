@@ -1,15 +1,36 @@
-//! Tenants, API keys, schedule listing and idempotency keys on PostgreSQL.
+//! Tenants, their quotas, classes and per-queue limits.
 
-use campanile_core::ScheduleId;
 use campanile_store::*;
-use deadpool_postgres::Client;
+use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
-use uuid::Uuid;
 
-use crate::ops::{R, execute, query, ts};
-use crate::resolve_now;
+use crate::db::{R, execute, pg_err, query, resolve_now, ts};
 
-fn tenant(r: &Row) -> R<Tenant> {
+pub(crate) async fn tenant_create(c: &Client, p: TenantCreate) -> R<Tenant> {
+    let now = resolve_now(c, p.now).await?;
+    let rows = query(
+        c,
+        "INSERT INTO tenants (name, created_at) VALUES ($1, $2) RETURNING id",
+        &[&p.name, &now],
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::AlreadyExists(_) => StoreError::AlreadyExists(format!("tenant '{}'", p.name)),
+        other => other,
+    })?;
+    let id: i64 = rows
+        .first()
+        .ok_or_else(|| StoreError::Database("no id returned".into()))?
+        .get(0);
+    Ok(Tenant {
+        id: TenantId(id),
+        name: p.name,
+        created_at: ts(now)?,
+        class: classes::DEFAULT_CLASS.into(),
+    })
+}
+
+pub(crate) fn tenant_row(r: &Row) -> R<Tenant> {
     Ok(Tenant {
         id: TenantId(r.get(0)),
         name: r.get(1),
@@ -26,7 +47,7 @@ pub(crate) async fn tenant_list(c: &Client) -> R<Vec<Tenant>> {
     )
     .await?
     .iter()
-    .map(tenant)
+    .map(tenant_row)
     .collect()
 }
 
@@ -38,129 +59,8 @@ pub(crate) async fn tenant_by_name(c: &Client, name: &str) -> R<Option<Tenant>> 
     )
     .await?
     .first()
-    .map(tenant)
+    .map(tenant_row)
     .transpose()
-}
-
-fn key(r: &Row) -> R<ApiKeyRecord> {
-    Ok(ApiKeyRecord {
-        id: r.get(0),
-        tenant: r.get::<_, Option<i64>>(1).map(TenantId),
-        prefix: r.get(2),
-        is_admin: r.get(3),
-        created_at: ts(r.get(4))?,
-        revoked_at: r.get::<_, Option<i64>>(5).map(ts).transpose()?,
-    })
-}
-
-pub(crate) async fn api_key_create(c: &Client, p: ApiKeyCreate) -> R<ApiKeyRecord> {
-    let now = resolve_now(c, p.now).await?;
-    let rows = query(
-        c,
-        "INSERT INTO api_keys (tenant_id, key_hash, prefix, is_admin, created_at) VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, tenant_id, prefix, is_admin, created_at, revoked_at",
-        &[&p.tenant.map(|t| t.0), &p.hash, &p.prefix, &p.is_admin, &now],
-    )
-    .await?;
-    rows.first()
-        .map(key)
-        .ok_or_else(|| StoreError::Database("no key returned".into()))?
-}
-
-pub(crate) async fn api_key_find(c: &Client, hash: &[u8]) -> R<Option<ApiKeyRecord>> {
-    query(
-        c,
-        "SELECT id, tenant_id, prefix, is_admin, created_at, revoked_at FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
-        &[&hash],
-    )
-    .await?
-    .first()
-    .map(key)
-    .transpose()
-}
-
-pub(crate) async fn api_key_revoke(
-    c: &Client,
-    prefix: &str,
-    now: Option<jiff::Timestamp>,
-) -> R<u64> {
-    let now = resolve_now(c, now).await?;
-    execute(
-        c,
-        "UPDATE api_keys SET revoked_at = $2 WHERE prefix = $1 AND revoked_at IS NULL",
-        &[&prefix, &now],
-    )
-    .await
-}
-
-pub(crate) async fn schedule_list(c: &Client, p: ScheduleList) -> R<Vec<ScheduleRecord>> {
-    // The cursor as an index range whatever the plan (a generic plan cannot turn
-    // `$2 IS NULL OR id > $2` into one, and would read every page from the tenant's first).
-    let ids: Vec<Uuid> = query(
-        c,
-        "SELECT s.id FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-          WHERE s.tenant_id = $1 AND s.id > COALESCE($2::uuid, '00000000-0000-0000-0000-000000000000')
-            AND ($3::text IS NULL OR s.state = $3)
-            AND ($4::text IS NULL OR v.queue = $4)
-          ORDER BY s.id LIMIT $5",
-        &[&p.tenant.0, &p.after.map(|a| a.0), &p.state.map(|st| st.as_str()), &p.queue, &i64::from(p.limit)],
-    )
-    .await?
-    .iter()
-    .map(|r| r.get(0))
-    .collect();
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(rec) = crate::schedules::schedule_get(c, p.tenant, ScheduleId(id)).await? {
-            out.push(rec);
-        }
-    }
-    Ok(out)
-}
-
-pub(crate) async fn idempotency_get(
-    c: &Client,
-    tenant: TenantId,
-    key: &str,
-) -> R<Option<IdempotentResponse>> {
-    Ok(query(c, "SELECT request_hash, status, response, schedule_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2", &[&tenant.0, &key])
-        .await?
-        .first()
-        .map(|r| IdempotentResponse {
-            request_hash: r.get(0),
-            status: r.get::<_, Option<i32>>(1).map_or(200, |s| s as u16),
-            body: r.get::<_, Option<String>>(2).unwrap_or_default(),
-            schedule_id: r.get::<_, Option<uuid::Uuid>>(3).map(ScheduleId),
-        }))
-}
-
-/// Inserts the answer or reservation; or takes over a reservation of the same request that
-/// has neither an answer nor a schedule and was made at or before `$8`. (A create holding the
-/// reservation row locked makes this wait for it, and then see its schedule.)
-pub(crate) async fn idempotency_put(c: &Client, p: IdempotencyPut) -> R<bool> {
-    let now = resolve_now(c, p.now).await?;
-    let stale = now.saturating_sub(p.take_over_after.as_millis() as i64);
-    let n = execute(
-        c,
-        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, response, created_at, token)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (tenant_id, key) DO UPDATE SET token = excluded.token, created_at = excluded.created_at
-          WHERE idempotency_keys.status = 0 AND idempotency_keys.schedule_id IS NULL
-            AND idempotency_keys.created_at <= $8
-            AND idempotency_keys.request_hash = excluded.request_hash",
-        &[
-            &p.tenant.0,
-            &p.key,
-            &p.request_hash,
-            &i32::from(p.status),
-            &p.body,
-            &now,
-            &p.token,
-            &stale,
-        ],
-    )
-    .await?;
-    Ok(n == 1)
 }
 
 pub(crate) async fn tenant_quota_set(c: &Client, p: TenantQuota) -> R<()> {
@@ -181,7 +81,7 @@ pub(crate) async fn tenant_quota_set(c: &Client, p: TenantQuota) -> R<()> {
 /// nodes) cannot both pass the count.
 pub(crate) async fn tenant_class_set(c: &mut Client, p: TenantClassSet) -> R<()> {
     classes::validate(&p.class)?;
-    let tx = c.transaction().await.map_err(crate::pg_err)?;
+    let tx = c.transaction().await.map_err(pg_err)?;
     execute(
         &tx,
         "SELECT pg_advisory_xact_lock(hashtextextended('campanile/tenant-classes', 0))",
@@ -207,7 +107,7 @@ pub(crate) async fn tenant_class_set(c: &mut Client, p: TenantClassSet) -> R<()>
     if n == 0 {
         return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
     }
-    tx.commit().await.map_err(crate::pg_err)
+    tx.commit().await.map_err(pg_err)
 }
 
 pub(crate) async fn queue_limit_set(
@@ -316,20 +216,4 @@ pub(crate) async fn tenant_quota_get(c: &Client, tenant: TenantId) -> R<TenantQu
         max_triggers_per_sec: r.get(2),
         max_catchup_per_sec: r.get(3),
     })
-}
-
-pub(crate) async fn idempotency_finish(
-    c: &Client,
-    tenant: TenantId,
-    key: &str,
-    token: &str,
-    answer: Option<(u16, String)>,
-) -> R<()> {
-    match answer {
-        Some((status, body)) => {
-            execute(c, "UPDATE idempotency_keys SET status = $3, response = $4 WHERE tenant_id = $1 AND key = $2 AND status = 0", &[&tenant.0, &key, &i32::from(status), &body]).await
-        }
-        None => execute(c, "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 AND token = $3 AND status = 0 AND schedule_id IS NULL", &[&tenant.0, &key, &token]).await,
-    }
-    .map(|_| ())
 }

@@ -1,0 +1,111 @@
+//! The plans PostgreSQL makes for the claim and relay statements.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use uuid::Uuid;
+
+use crate::claim::FAST_CLAIM;
+use crate::constrained::{CONSTRAINED_CANDIDATES, CONSTRAINED_SCHEDULES, OVERLAP_STATE};
+use crate::relay::RELAY_DUE;
+
+/// The plan PostgreSQL uses for `sql` as a prepared statement (generic plans forced by the
+/// caller), executed with `args`.
+async fn generic_plan(c: &tokio_postgres::Client, name: &str, sql: &str, args: &str) -> String {
+    c.batch_execute(&format!("PREPARE {name} AS {sql}"))
+        .await
+        .expect("prepare");
+    let plan: Vec<String> = c
+        .query(&format!("EXPLAIN EXECUTE {name}{args}"), &[])
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    plan.join("\n")
+}
+
+/// The liveness gate is evaluated once per statement, even though it reads the clock (a
+/// volatile function): as a per-row filter, a refused claim or relay poll would walk all
+/// its candidates to return nothing. Generic plans, as the store runs them.
+// Multi-threaded: the schema guard's drop blocks this thread while the pool's connection
+// task must go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_liveness_gate_is_a_one_time_filter() {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL plan test)");
+        return;
+    };
+    let schema = format!("t_{}", Uuid::now_v7().simple());
+    let store = crate::PgStore::connect_with(
+        &url,
+        crate::PgOptions {
+            schema: Some(schema),
+            pool_size: 1,
+        },
+    )
+    .await
+    .expect("connect");
+    let _drop = store.drop_schema_on_drop();
+    let c = store.client().await.expect("client");
+    c.batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .expect("generic plans");
+    for (name, sql, args) in [
+        ("relay_due", &*RELAY_DUE, "(0, 10, NULL)"),
+        (
+            "fast_claim",
+            &*FAST_CLAIM,
+            "(1, 'q', 0, 10, 'w', NULL, NULL, NULL, 8388608)",
+        ),
+        (
+            "constrained_schedules",
+            &*CONSTRAINED_SCHEDULES,
+            "(1, 'q', 0, 10, NULL)",
+        ),
+        (
+            "constrained",
+            &*CONSTRAINED_CANDIDATES,
+            "(1, 'q', 0, 10, NULL, ARRAY[]::uuid[])",
+        ),
+    ] {
+        let plan = generic_plan(&c, name, sql, args).await;
+        assert!(plan.contains("One-Time Filter"), "{name}:\n{plan}");
+        assert!(
+            !plan.contains("clock_timestamp"),
+            "{name}, gate per row:\n{plan}"
+        );
+    }
+    // The per-candidate overlap question seeks partial indexes (on empty tables the
+    // planner picks either running index; the waiting question has one of its own).
+    let plan = generic_plan(
+        &c,
+        "overlap_state",
+        OVERLAP_STATE,
+        "(gen_random_uuid(), 1, 0, 0, 0, 'q')",
+    )
+    .await;
+    eprintln!("overlap state:\n{plan}");
+    for index in [
+        "occurrences_pending_constrained_schedule",
+        "occurrences_ran_constrained_schedule",
+    ] {
+        assert!(plan.contains(index), "overlap state, {index}:\n{plan}");
+    }
+    // The key (schedule_id, scheduled_for, version) is the schedule's whole history.
+    assert!(
+        !plan.contains("Seq Scan") && !plan.contains("occurrences_key "),
+        "overlap state:\n{plan}"
+    );
+    // A listing across schedules reads the id index in order (ids lead with their planned
+    // instant), so a page stops at its limit instead of sorting the range first.
+    let plan = generic_plan(
+        &c,
+        "listing",
+        "SELECT seq FROM occurrences WHERE tenant_id = $1 AND scheduled_for >= $2
+            AND scheduled_for < $3 AND id >= $4 AND id < $5 ORDER BY id LIMIT $6",
+        "(1, 0, 10, gen_random_uuid(), gen_random_uuid(), 10)",
+    )
+    .await;
+    eprintln!("listing:\n{plan}");
+    assert!(plan.contains("occurrences_id_key"), "listing:\n{plan}");
+    assert!(!plan.contains("Sort"), "listing:\n{plan}");
+}
