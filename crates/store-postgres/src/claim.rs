@@ -1,13 +1,12 @@
 //! A worker's claim: one statement shared by the claims of a queue, the claim of a limited
 //! tenant or queue, and a claim sent again.
 
-use campanile_store::fence::{self};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient, Pool};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::claimed::{CLAIMED_ROWS, claim_sql, claimed_row, statement_now};
+use crate::claimed::claimed_row;
 use crate::coalesce::Batch;
 use crate::constrained::{claim_constrained, claim_constrained_locked, lock_constrained_schedules};
 use crate::db::{R, dur_ms, execute, pg_err, pool_err, query, resolve_now};
@@ -88,18 +87,7 @@ pub(crate) async fn claim_rest(
 /// What a worker claimed with a key in a queue and still holds: `$1` tenant, `$2` queue, `$3`
 /// the caller's instant or NULL, `$4` the worker, `$5` the key, `$6` at most this many (the
 /// claim's `max`). The queue's unexpired leases are a range of `occurrences_running_queue`.
-pub(crate) static CLAIMED_WITH_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
-                v.payload, o.lease_until, o.claimed_at
-           FROM occurrences o
-           LEFT JOIN schedule_versions v ON v.schedule_id = o.schedule_id AND v.version = o.version
-          WHERE o.tenant_id = $1 AND o.queue = $2 AND o.state = 'RUNNING'
-            AND o.lease_until > {now} AND o.owner = $4 AND o.claim_key = $5
-          ORDER BY o.available_at, o.seq LIMIT $6",
-        now = statement_now("$3")
-    )
-});
+pub(crate) const CLAIMED_WITH_KEY: &str = include_str!("sql/claimed_with_key.sql");
 
 /// What this worker claimed with `key` in the claim's queue and still holds (`RUNNING`, lease
 /// unexpired), as that claim answered it: a claim sent again after its answer was lost
@@ -112,7 +100,7 @@ pub(crate) async fn claimed_with_key<C: GenericClient>(
     let fixed = p.now.map(|t| t.as_millisecond());
     let rows = query(
         c,
-        &CLAIMED_WITH_KEY,
+        CLAIMED_WITH_KEY,
         &[
             &p.tenant.0,
             &p.queue,
@@ -219,50 +207,6 @@ pub(crate) async fn limited_claim(
     Ok(got)
 }
 
-/// The CTEs that pick a worker's occurrences: due or lease-expired occurrences of one queue
-/// without an overlap constraint, at most `$4`, skipping rows another claimer holds, into the
-/// CTE `name(seq, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload)`: `rn`
-/// numbers them in claim order from 1, `ord` is the claimer each goes to (`ord`, an
-/// expression over `rn`), `payload` its version's. Each claimer's answer is a prefix of its
-/// share in claim order whose payloads and [`CLAIM_RECORD_BYTES`] each add up to at most
-/// `budget` (an expression over `ord`), and holds at least one. `$1` tenant, `$2` queue; `now`
-/// is the statement's current instant; `gate` a condition every candidate must meet (`true`
-/// for none).
-pub(crate) fn worker_pick(now: &str, gate: &str, name: &str, ord: &str, budget: &str) -> String {
-    format!(
-        "ready AS (
-             SELECT seq, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
-                    NULL::text AS lost_owner, NULL::int8 AS lost_started, NULL::int8 AS lost_lease
-               FROM occurrences
-              WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= {now}
-                AND overlap = 0 AND {gate}
-              ORDER BY priority DESC, available_at LIMIT $4
-              FOR UPDATE SKIP LOCKED),
-         expired AS (
-             SELECT seq, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until
-               FROM occurrences
-              WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= {now}
-                AND attempts < max_attempts AND NOT cancel_requested AND overlap = 0 AND {gate}
-              ORDER BY lease_until LIMIT $4
-              FOR UPDATE SKIP LOCKED),
-         ranked AS (
-             SELECT seq, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease,
-                    row_number() OVER (ORDER BY priority DESC, available_at, seq) AS rn
-               FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
-              ORDER BY priority DESC, available_at, seq LIMIT $4),
-         sized AS (
-             SELECT s.*, sum(bytes) OVER (PARTITION BY ord ORDER BY rn) AS upto
-               FROM (SELECT k.seq, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
-                            {ord} AS ord, v.payload,
-                            COALESCE(octet_length(v.payload), 0) + {CLAIM_RECORD_BYTES} AS bytes
-                       FROM ranked k
-                       LEFT JOIN schedule_versions v ON v.schedule_id = k.schedule_id AND v.version = k.version) s),
-         {name} AS (
-             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload
-               FROM sized WHERE upto = bytes OR upto <= {budget})"
-    )
-}
-
 /// The worker claim in one statement, for one or several claimers of a queue
 /// ([`crate::coalesce`]): `clk` reads the database's clock (or takes `$3`, a caller's instant)
 /// and whether the tenant and the queue are free of concurrency limits; only then are
@@ -280,75 +224,14 @@ pub(crate) fn worker_pick(now: &str, gate: &str, name: &str, ord: &str, budget: 
 /// linear: a join of rows to claimers by ranges would be a nested loop, and a per-slot `text[]`
 /// would be walked from its start at every subscript (variable-width elements); `int8[]`
 /// subscripts are direct.
-pub(crate) static WORKER_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let pick = format!(
-        "clk0 AS (SELECT {now} AS now),
-         clk AS (
-             SELECT now, {live} AS live,
-                    NOT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND max_running IS NOT NULL)
-                    AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE tenant_id = $1 AND queue = $2
-                                       AND max_running IS NOT NULL) AS unlimited
-               FROM clk0),
-         cst AS (
-             SELECT (SELECT live FROM clk) AND (EXISTS (SELECT 1 FROM occurrences
-                             WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT')
-                               AND overlap <> 0 AND available_at <= (SELECT now FROM clk))
-                    OR EXISTS (SELECT 1 FROM occurrences
-                                WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING'
-                                  AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
-                                  AND attempts < max_attempts AND NOT cancel_requested)) AS due),
-         {pick},
-         pick AS (
-             SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord, payload,
-                    ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms,
-                    ($8::uuid[])[ord] AS claim_key
-               FROM cand)",
-        now = statement_now("$3"),
-        live = fence::hands_out_work_sql("now"),
-        pick = worker_pick(
-            "(SELECT now FROM clk)",
-            "(SELECT unlimited AND live FROM clk)",
-            "cand",
-            "($7::int8[])[k.rn]",
-            "($9::int8[])[ord]",
-        )
-    );
-    claim_sql(
-        &pick,
-        "pick.claimant",
-        "pick.claim_key",
-        "(SELECT now FROM clk)",
-        "((SELECT now FROM clk) + COALESCE(pick.lease_ms, o.lease_ms))",
-        "pick.ord",
-        "SELECT c.id, c.schedule_id, c.version, c.scheduled_for, c.available_at, c.epoch, c.attempts,
-                c.payload, clk.now, clk.unlimited, cst.due, c.tag, c.lease_until, clk.live
-           FROM clk CROSS JOIN cst LEFT JOIN claimed c ON true
-          ORDER BY c.available_at, c.seq",
-    )
-});
+pub(crate) const WORKER_CLAIM: &str = include_str!("sql/worker_claim.sql");
 
 /// The worker claim: at most `$4` due or lease-expired occurrences of one queue, picked and
 /// claimed in one statement. `$1` tenant, `$2` queue, `$3` now, `$4` max, `$5` owner, `$6`
 /// lease length in ms (NULL: each occurrence's own), `$7` the caller's instant or NULL, for the
-/// liveness gate ([`statement_now`]), `$8` the claim's key or NULL, `$9` the answer's size
+/// liveness gate (sql/README.md), `$8` the claim's key or NULL, `$9` the answer's size
 /// bound in bytes ([`OccurrenceClaim::max_bytes`]).
-pub(crate) static FAST_CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    claim_sql(
-        &worker_pick(
-            "$3",
-            &fence::hands_out_work_sql(&statement_now("$7")),
-            "pick",
-            "1::int8",
-            "$9",
-        ),
-        "$5",
-        "$8::uuid",
-        "$3",
-        "$3 + COALESCE($6::int8, o.lease_ms)",
-        "NULL::int8",
-        CLAIMED_ROWS,
-    )
-});
+pub(crate) const FAST_CLAIM: &str = include_str!("sql/fast_claim.sql");
 
 /// What [`WORKER_CLAIM`] answers one claimer.
 pub(crate) struct WorkerClaim {
@@ -393,7 +276,7 @@ pub(crate) async fn worker_claim_rows<C: GenericClient>(
     let now_override = p.now.map(|t| t.as_millisecond());
     query(
         c,
-        &WORKER_CLAIM,
+        WORKER_CLAIM,
         &[
             &p.tenant.0,
             &p.queue,
@@ -472,7 +355,7 @@ pub(crate) async fn fast_claim<C: GenericClient>(
     let fixed = p.now.map(|t| t.as_millisecond());
     let rows = query(
         c,
-        &FAST_CLAIM,
+        FAST_CLAIM,
         &[
             &p.tenant.0,
             &p.queue,

@@ -5,55 +5,16 @@ use campanile_store::*;
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::claimed::{claim_seqs, statement_now};
+use crate::claimed::claim_seqs;
 use crate::db::{R, execute, query, resolve_now};
-
-/// Which rows of a claim's queue are overlap-constrained candidates: `$1` tenant, `$2` queue,
-/// `$3` now, `$5` the caller's instant or NULL (for the liveness gate, [`statement_now`]).
-pub(crate) fn constrained_where() -> String {
-    format!(
-        "tenant_id = $1 AND queue = $2 AND overlap <> 0
-            AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)
-                 OR (state = 'RUNNING' AND lease_until <= $3 AND attempts < max_attempts
-                     AND NOT cancel_requested))
-            AND {}",
-        fence::hands_out_work_sql(&statement_now("$5"))
-    )
-}
-
-/// When a constrained candidate became claimable, its claim-order key: an expired lease from
-/// when it ended, so that the occurrences of its schedule that came due during the lost
-/// attempt are decided before its takeover overwrites that attempt's `claimed_at` (the value
-/// the sweep and the takeover write as its `available_at`).
-pub(crate) const CLAIMABLE_SINCE: &str =
-    "CASE WHEN state = 'RUNNING' THEN GREATEST(available_at, lease_until) ELSE available_at END";
 
 /// The schedules of a claim's overlap-constrained candidates, read without locking (`$4` how
 /// many candidates), so that their rows can be locked first, in id order.
-pub(crate) static CONSTRAINED_SCHEDULES: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT schedule_id FROM occurrences WHERE {}
-          ORDER BY priority DESC, {CLAIMABLE_SINCE}, seq LIMIT $4",
-            constrained_where()
-        )
-    });
+pub(crate) const CONSTRAINED_SCHEDULES: &str = include_str!("sql/constrained_schedules.sql");
 
 /// The candidates themselves, locked, of the schedules locked (`$6`), with their payloads'
 /// sizes in bytes.
-pub(crate) static CONSTRAINED_CANDIDATES: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT seq, schedule_id, overlap, state, available_at, priority,
-                (SELECT octet_length(v.payload) FROM schedule_versions v
-                  WHERE v.schedule_id = occurrences.schedule_id AND v.version = occurrences.version)
-           FROM occurrences
-          WHERE {} AND schedule_id = ANY($6::uuid[])
-          ORDER BY priority DESC, {CLAIMABLE_SINCE}, seq LIMIT $4
-          FOR UPDATE SKIP LOCKED",
-            constrained_where()
-        )
-    });
+pub(crate) const CONSTRAINED_CANDIDATES: &str = include_str!("sql/constrained_candidates.sql");
 
 /// For one candidate (`$1` its schedule, `$2` its seq, `$3` its priority, `$4` its
 /// availability — when it came due, `$5` now), with its schedule's row locked, the facts of
@@ -133,7 +94,7 @@ pub(crate) async fn lock_constrained_schedules<C: GenericClient>(
     let fixed = p.now.map(|t| t.as_millisecond());
     let mut schedules: Vec<Uuid> = query(
         tx,
-        &CONSTRAINED_SCHEDULES,
+        CONSTRAINED_SCHEDULES,
         &[&p.tenant.0, &p.queue, &now, &limit, &fixed],
     )
     .await?
@@ -172,7 +133,7 @@ pub(crate) async fn claim_constrained_locked<C: GenericClient>(
     let now = resolve_now(tx, p.now).await?;
     let candidates = query(
         tx,
-        &CONSTRAINED_CANDIDATES,
+        CONSTRAINED_CANDIDATES,
         &[&p.tenant.0, &p.queue, &now, &limit, &fixed, &schedules],
     )
     .await?;

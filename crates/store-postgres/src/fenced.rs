@@ -6,10 +6,9 @@ use uuid::Uuid;
 
 use crate::db::{R, stored_state, u32_of};
 
-pub(crate) const FENCE_COLS: &str =
-    "seq, id, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
-    backoff_initial_ms, backoff_max_ms";
-
+/// An occurrence's fencing view from a row whose first columns are, in order: `seq, id,
+/// state, owner, epoch, lease_until, available_at, attempts, max_attempts, backoff_initial_ms,
+/// backoff_max_ms` (the statements that read one, e.g. `sql/cancel_lock_item.sql`).
 pub(crate) fn fence_view(r: &Row) -> R<(i64, Uuid, FenceView)> {
     Ok((
         r.get(0),

@@ -3,7 +3,6 @@
 
 use campanile_core::{OccurrenceId, OccurrenceState};
 use campanile_store::fence::{self, FenceView, reported};
-use campanile_store::upgrade::CLOSE_RUNNING_ATTEMPT_ROW;
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient, Pool};
 use std::collections::HashMap;
@@ -13,7 +12,7 @@ use uuid::Uuid;
 use crate::claim::{SHARED_CLAIM_ROWS, WORKER_CLAIM, WorkerClaim, dealt_claims, worker_claim_rows};
 use crate::coalesce::Batch;
 use crate::db::{R, execute, pg_err, pool_err, query, refused, resolve_now, ts};
-use crate::fenced::{FENCE_COLS, fence_view};
+use crate::fenced::fence_view;
 
 /// Successes in one statement: `clk` is the instant (the database's clock, or `$5`); `cur`
 /// locks and reads the tenant's occurrences named by the batch (`$2` ids, `$3` epochs sent,
@@ -153,7 +152,7 @@ impl Batch for FinishClaimBatch {
         // commit: a statement that fails aborts the transaction, and the `COMMIT` then rolls
         // it back. The rows are read only once the transaction has ended.
         c.prepare_cached(FINISH_SUCCESSES).await.map_err(pg_err)?;
-        c.prepare_cached(&WORKER_CLAIM).await.map_err(pg_err)?;
+        c.prepare_cached(WORKER_CLAIM).await.map_err(pg_err)?;
         let (begun, written, dealt, ended) = tokio::join!(
             biased;
             c.batch_execute("BEGIN"),
@@ -287,20 +286,10 @@ pub(crate) fn success_acks(reqs: &[OccurrenceFinishMany], rows: &[Row]) -> R<Vec
 /// Attempt rows for the attempts a batch ended otherwise than in success, from the occurrence
 /// rows just written: `$1` seqs, `$2` epochs, `$3` outcomes, `$4` now, `$5`/`$6` error class
 /// and message, `$7` the seqs written.
-pub(crate) static RECORD_ENDED_ATTEMPTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(
-    || {
-        format!(
-        "INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at,
-                               outcome, error_class, error_message)
-         SELECT o.seq, o.epoch, o.owner, o.claimed_at, o.lease_until, $4, u.outcome, u.class, u.message
-           FROM unnest($1::int8[], $2::int8[], $3::text[], $5::text[], $6::text[])
-                AS u(seq, epoch, outcome, class, message)
-           JOIN occurrences o ON o.seq = u.seq AND o.epoch = u.epoch
-          WHERE u.outcome <> 'succeeded' AND o.seq = ANY($7::int8[])
-         {CLOSE_RUNNING_ATTEMPT_ROW}"
-    )
-    },
-);
+pub(crate) const RECORD_ENDED_ATTEMPTS: &str = include_str!("sql/record_ended_attempts.sql");
+
+/// The fencing columns of a batch's occurrences (`$2`) and whether each is asked to cancel, locked in seq order.
+pub(crate) const FINISH_LOCK_ITEMS: &str = include_str!("sql/finish_lock_items.sql");
 
 /// A batch with failures, or naming an occurrence twice, item by item in one transaction
 /// (batches of successes go through [`SuccessBatch`]).
@@ -310,12 +299,7 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
     let ids: Vec<Uuid> = p.items.iter().map(|i| i.lease.occurrence_id.0).collect();
     // Lock the rows, decide each item with the shared fence, then write all accepted items in
     // one conditional UPDATE whose returned rows are the acknowledgements.
-    let rows = query(
-        &tx,
-        &format!("SELECT {FENCE_COLS}, cancel_requested FROM occurrences WHERE tenant_id = $1 AND id = ANY($2) ORDER BY seq FOR UPDATE"),
-        &[&p.tenant.0, &ids],
-    )
-    .await?;
+    let rows = query(&tx, FINISH_LOCK_ITEMS, &[&p.tenant.0, &ids]).await?;
     let mut views: HashMap<Uuid, (i64, FenceView, bool)> = HashMap::with_capacity(rows.len());
     for r in &rows {
         let (seq, id, v) = fence_view(r)?;
@@ -384,7 +368,7 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
         // rows just written (a success stays on its occurrence row).
         execute(
             &tx,
-            &RECORD_ENDED_ATTEMPTS,
+            RECORD_ENDED_ATTEMPTS,
             &[
                 &seqs,
                 &epochs,
@@ -428,18 +412,14 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
     Ok(acks)
 }
 
+/// The fencing columns of a tenant's occurrence (`$2`), locked, for a cancel.
+pub(crate) const CANCEL_LOCK_ITEM: &str = include_str!("sql/cancel_lock_item.sql");
+
 pub(crate) async fn occurrence_cancel(c: &mut Client, p: OccurrenceCancel) -> R<Ack> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
     let id = p.occurrence_id;
-    let rows = query(
-        &tx,
-        &format!(
-            "SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
-        ),
-        &[&p.tenant.0, &id.0],
-    )
-    .await?;
+    let rows = query(&tx, CANCEL_LOCK_ITEM, &[&p.tenant.0, &id.0]).await?;
     let Some(row) = rows.first() else {
         return Ok(refused(id, Conflict::NotFound));
     };
@@ -464,6 +444,9 @@ pub(crate) async fn occurrence_cancel(c: &mut Client, p: OccurrenceCancel) -> R<
         retry_at: None,
     })
 }
+
+/// The fencing columns of a tenant's occurrence (`$2`) after a redrive.
+pub(crate) const REDRIVE_ITEM: &str = include_str!("sql/redrive_item.sql");
 
 pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ack> {
     let now = resolve_now(c, p.now).await?;
@@ -498,12 +481,7 @@ pub(crate) async fn occurrence_redrive(c: &Client, p: OccurrenceRedrive) -> R<Ac
             retry_at: None,
         });
     }
-    let rows = query(
-        c,
-        &format!("SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = $2"),
-        &[&p.tenant.0, &id.0],
-    )
-    .await?;
+    let rows = query(c, REDRIVE_ITEM, &[&p.tenant.0, &id.0]).await?;
     Ok(match rows.first() {
         None => refused(id, Conflict::NotFound),
         Some(r) => {

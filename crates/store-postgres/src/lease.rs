@@ -1,14 +1,16 @@
 //! Leases: renewals and the sweep of expired ones.
 
 use campanile_store::fence::{self, FenceView};
-use campanile_store::upgrade::CLOSE_RUNNING_ATTEMPT_ROW;
 use campanile_store::*;
 use deadpool_postgres::Client;
 use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::db::{R, dur_ms, query, resolve_now, ts};
-use crate::fenced::{FENCE_COLS, fence_view};
+use crate::fenced::fence_view;
+
+/// The fencing columns of the occurrences (`$2`) whose renewal was refused.
+pub(crate) const RENEW_LOST_VIEWS: &str = include_str!("sql/renew_lost_views.sql");
 
 pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
     let now = resolve_now(c, p.now).await?;
@@ -48,15 +50,11 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
     let views: HashMap<Uuid, FenceView> = if lost.is_empty() {
         HashMap::new()
     } else {
-        query(
-            c,
-            &format!("SELECT {FENCE_COLS} FROM occurrences WHERE tenant_id = $1 AND id = ANY($2)"),
-            &[&p.tenant.0, &lost],
-        )
-        .await?
-        .iter()
-        .map(|r| fence_view(r).map(|(_, id, v)| (id, v)))
-        .collect::<R<_>>()?
+        query(c, RENEW_LOST_VIEWS, &[&p.tenant.0, &lost])
+            .await?
+            .iter()
+            .map(|r| fence_view(r).map(|(_, id, v)| (id, v)))
+            .collect::<R<_>>()?
     };
     p.leases
         .iter()
@@ -80,7 +78,7 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
 pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
     let now = resolve_now(c, p.now).await?;
     let limit = i64::from(p.limit);
-    let rows = query(c, &LEASE_SWEEP, &[&now, &limit]).await?;
+    let rows = query(c, LEASE_SWEEP, &[&now, &limit]).await?;
     let r = rows
         .first()
         .ok_or_else(|| StoreError::Database("sweep returned nothing".into()))?;
@@ -94,25 +92,4 @@ pub(crate) async fn lease_sweep(c: &Client, p: LeaseSweep) -> R<SweepReport> {
 /// Expired leases, oldest first, at most `$2` at `$1`: `CANCELED` if their cancellation was
 /// requested while they ran, else back to `READY` with attempts left, else `DEAD`; each lost
 /// attempt recorded. Answers how many of each (requeued, dead, canceled).
-pub(crate) static LEASE_SWEEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("WITH exp AS (
-             SELECT seq, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead,
-                    cancel_requested AS canceled FROM occurrences
-              WHERE state = 'RUNNING' AND lease_until <= $1
-              ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED),
-         upd AS (
-             UPDATE occurrences o
-                SET state = CASE WHEN exp.canceled THEN 'CANCELED' WHEN exp.dead THEN 'DEAD' ELSE 'READY' END,
-                    finished_at = CASE WHEN exp.canceled OR exp.dead THEN $1 ELSE o.finished_at END,
-                    available_at = CASE WHEN exp.canceled OR exp.dead THEN o.available_at
-                                        ELSE GREATEST(o.available_at, exp.lease_until) END,
-                    last_error = 'lease expired', ran_until = exp.lease_until
-               FROM exp WHERE o.seq = exp.seq
-             RETURNING exp.dead, exp.canceled),
-         att AS (
-             INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
-             SELECT seq, epoch, owner, claimed_at, lease_until, $1, 'lease_expired' FROM exp
-             {CLOSE_RUNNING_ATTEMPT_ROW})
-         SELECT count(*) FILTER (WHERE NOT dead AND NOT canceled),
-                count(*) FILTER (WHERE dead AND NOT canceled), count(*) FILTER (WHERE canceled) FROM upd")
-});
+pub(crate) const LEASE_SWEEP: &str = include_str!("sql/lease_sweep.sql");

@@ -159,7 +159,7 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let seq: i64 = row.get(0);
     // The occurrence with its attempt rows, in one snapshot: the attempt in progress is
     // read from the one, the ended ones from the other.
-    let rows = query(c, &OCC_WITH_ATTEMPTS, &[&seq]).await?;
+    let rows = query(c, OCC_WITH_ATTEMPTS, &[&seq]).await?;
     let Some(first) = rows.first() else {
         return Ok(None);
     };
@@ -192,19 +192,7 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
 
 /// One occurrence (`$1` its seq; [`OCC_COLS`], then `claimed_at`) joined with its attempt rows
 /// (columns 20–27, NULL when it has none), oldest first.
-pub(crate) static OCC_WITH_ATTEMPTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let cols: Vec<String> = OCC_COLS
-        .split(',')
-        .map(|c| format!("o.{}", c.trim()))
-        .collect();
-    format!(
-        "SELECT {}, o.claimed_at, a.epoch, a.owner, a.started_at, a.lease_until, a.finished_at, a.outcome,
-                a.error_class, a.error_message
-           FROM occurrences o LEFT JOIN attempts a ON a.occurrence_seq = o.seq
-          WHERE o.seq = $1 ORDER BY a.epoch",
-        cols.join(", ")
-    )
-});
+pub(crate) const OCC_WITH_ATTEMPTS: &str = include_str!("sql/occ_with_attempts.sql");
 
 pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occurrence>> {
     let now = resolve_now(c, p.now).await?;

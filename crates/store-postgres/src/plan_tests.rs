@@ -50,20 +50,20 @@ async fn the_liveness_gate_is_a_one_time_filter() {
         .await
         .expect("generic plans");
     for (name, sql, args) in [
-        ("relay_due", &*RELAY_DUE, "(0, 10, NULL)"),
+        ("relay_due", RELAY_DUE, "(0, 10, NULL)"),
         (
             "fast_claim",
-            &*FAST_CLAIM,
+            FAST_CLAIM,
             "(1, 'q', 0, 10, 'w', NULL, NULL, NULL, 8388608)",
         ),
         (
             "constrained_schedules",
-            &*CONSTRAINED_SCHEDULES,
+            CONSTRAINED_SCHEDULES,
             "(1, 'q', 0, 10, NULL)",
         ),
         (
             "constrained",
-            &*CONSTRAINED_CANDIDATES,
+            CONSTRAINED_CANDIDATES,
             "(1, 'q', 0, 10, NULL, ARRAY[]::uuid[])",
         ),
     ] {

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use crate::db::{R, execute, i32_of, pg_err, query, resolve_now, ts, u32_of};
 use crate::occurrence::insert_occurrences;
-use crate::queue::{QUEUE_DEF, missed_range_insert, queue_def};
-use crate::version::{SPEC_COLS, spec_row};
+use crate::queue::missed_range_insert;
+use crate::version::spec_row;
 
 pub(crate) async fn deployment_shards(c: &Client, shards: u32) -> R<u32> {
     let n = i32::try_from(shards).map_err(|_| StoreError::Invalid("too many shards".into()))?;
@@ -47,20 +47,12 @@ pub(crate) const PLANNING_LOCK: &str =
 /// The front of a shard's queue, each entry with the definition it carries (migration 0006):
 /// the pass reads nothing but the queue, so its cost follows the number of schedules due and
 /// not the number stored. The payload is not read: planning does not need it.
-pub(crate) static SCHEDULE_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let cols = SPEC_COLS.replace("v.payload", "NULL::text");
-    format!(
-        "SELECT v.schedule_id, v.tenant_id, v.version, v.next_run_at, {cols}
-           FROM schedule_queue v
-          WHERE v.shard = $1 AND v.next_run_at <= $2
-          ORDER BY v.next_run_at LIMIT $3"
-    )
-});
+pub(crate) const SCHEDULE_DUE: &str = include_str!("sql/schedule_due.sql");
 
 pub(crate) async fn schedule_due(c: &Client, p: ScheduleDueList) -> R<Vec<DueSchedule>> {
     query(
         c,
-        &SCHEDULE_DUE,
+        SCHEDULE_DUE,
         &[&p.shard, &p.before.as_millisecond(), &i64::from(p.limit)],
     )
     .await?
@@ -96,21 +88,7 @@ pub(crate) async fn schedule_next_due(c: &Client, shards: &[i32]) -> R<Option<Ti
 
 /// A planning batch's queue entries moved back to their next instants (or out), each only if
 /// still where the planner found it, with the definition it carries.
-pub(crate) static QUEUE_MOVE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "WITH gone AS (
-             DELETE FROM schedule_queue q
-              USING unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]) AS u(id, tenant, version, expected, next)
-              WHERE q.shard = $6 AND q.next_run_at = u.expected AND q.schedule_id = u.id
-                AND q.version = u.version AND q.tenant_id = u.tenant
-             RETURNING q.schedule_id, q.version, q.tenant_id, u.next, {}),
-         back AS (
-             INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
-             SELECT $6, next, schedule_id, version, tenant_id, {QUEUE_DEF} FROM gone WHERE next IS NOT NULL)
-         SELECT schedule_id FROM gone",
-        queue_def("q")
-    )
-});
+pub(crate) const QUEUE_MOVE: &str = include_str!("sql/queue_move.sql");
 
 pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> {
     let tx = c.transaction().await.map_err(pg_err)?;
@@ -175,7 +153,7 @@ pub(crate) async fn plan_commit(c: &mut Client, p: PlanCommit) -> R<PlanReport> 
     // the planned version; it moves further back (or out, when nothing is left to plan).
     let moved = query(
         &tx,
-        &QUEUE_MOVE,
+        QUEUE_MOVE,
         &[&ids, &tenants, &versions, &expected, &next, &p.shard],
     )
     .await?;
@@ -354,6 +332,9 @@ pub(crate) async fn missed_range_list(c: &Client, p: MissedRangeList) -> R<Vec<M
     .collect()
 }
 
+/// The never-claimed occurrences that became claimable inside an outage (`$1` to `$2`), grouped per schedule version with its definition and how far it is planned.
+pub(crate) const OUTAGE_GROUPS: &str = include_str!("sql/outage_groups.sql");
+
 /// The outage check of [`Store::shard_acquire`], under its lock and before the node writes
 /// its own mark: if no mark is valid, judge what came due since a node was last seen.
 pub(crate) async fn outage_check<C: GenericClient>(
@@ -382,24 +363,7 @@ pub(crate) async fn outage_check<C: GenericClient>(
     // Never claimed, and claimable only from inside the outage (a scan of the pending index,
     // not of the history), grouped per schedule version with its definition and how far it
     // is planned.
-    let groups = query(
-        tx,
-        &format!(
-            "WITH c AS (
-                SELECT schedule_id, version, scheduled_for FROM occurrences
-                 WHERE state IN ('READY', 'RETRY_WAIT') AND state = 'READY' AND attempts = 0
-                   AND available_at >= $1 AND available_at < $2)
-             SELECT c.schedule_id, c.version, array_agg(c.scheduled_for ORDER BY c.scheduled_for),
-                    (SELECT max(o.scheduled_for) FROM occurrences o
-                      WHERE o.schedule_id = c.schedule_id AND o.version = c.version),
-                    {}
-               FROM c JOIN schedule_versions v ON v.schedule_id = c.schedule_id AND v.version = c.version
-              GROUP BY c.schedule_id, c.version, v.schedule_id, v.version",
-            SPEC_COLS.replace("v.payload", "NULL::text")
-        ),
-        &[&since, &now],
-    )
-    .await?;
+    let groups = query(tx, OUTAGE_GROUPS, &[&since, &now]).await?;
     let (mut at_col, mut id_col, mut version_col) = (Vec::new(), Vec::new(), Vec::new());
     for r in &groups {
         let id: Uuid = r.get(0);

@@ -8,21 +8,6 @@ use deadpool_postgres::GenericClient;
 use crate::db::{R, execute, i32_of, query};
 use crate::occurrence::insert_occurrences;
 
-/// What a queue entry carries of the version that will plan it: every column of
-/// [`SPEC_COLS`] but the payload (migration 0006).
-pub(crate) const QUEUE_DEF: &str =
-    "kind, cron, timezone, dst_gap, dst_fold, at, every_ms, anchor, queue, priority,
-    lease_ms, max_attempts, backoff_initial_ms, backoff_max_ms, misfire, overlap, flex_window_ms";
-
-/// [`QUEUE_DEF`] with each column qualified by `alias`.
-pub(crate) fn queue_def(alias: &str) -> String {
-    QUEUE_DEF
-        .split(',')
-        .map(|c| format!("{alias}.{}", c.trim()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Where an active schedule stands in its shard's planning queue.
 pub(crate) async fn queue_get<C: GenericClient>(
     c: &C,
@@ -60,26 +45,11 @@ pub(crate) async fn queue_set<C: GenericClient>(
     Ok(())
 }
 
-pub(crate) static QUEUE_INSERT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
-         SELECT $1, $2, $3, $4, $5, {} FROM schedule_versions v
-          WHERE v.schedule_id = $3 AND v.version = $4",
-        queue_def("v")
-    )
-});
+pub(crate) const QUEUE_INSERT: &str = include_str!("sql/queue_insert.sql");
 
 /// Bulk-created schedules ($2 ids, $3 shards, $4 positions, of tenant $1) entered in the queue
 /// with the definition of version 1 of schedule $5, which they all share.
-pub(crate) static QUEUE_SEED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "INSERT INTO schedule_queue (shard, next_run_at, schedule_id, version, tenant_id, {QUEUE_DEF})
-         SELECT u.shard, u.next, u.id, 1, $1, {}
-           FROM unnest($2::uuid[], $3::int4[], $4::int8[]) AS u(id, shard, next), schedule_versions v
-          WHERE u.next IS NOT NULL AND v.schedule_id = $5 AND v.version = 1",
-        queue_def("v")
-    )
-});
+pub(crate) const QUEUE_SEED: &str = include_str!("sql/queue_seed.sql");
 
 /// Enters a schedule in its shard's queue at `next`, with the definition of `version` (whose
 /// row must be written first).
@@ -93,7 +63,7 @@ pub(crate) async fn queue_insert<C: GenericClient>(
 ) -> R<()> {
     let n = execute(
         c,
-        &QUEUE_INSERT,
+        QUEUE_INSERT,
         &[&shard, &next, &id.0, &i32_of(version), &tenant.0],
     )
     .await?;

@@ -4,27 +4,15 @@ use campanile_store::fence::{self};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
 
-use crate::claimed::{claim_seqs, statement_now};
+use crate::claimed::claim_seqs;
 use crate::db::{R, dur_ms, execute, pg_err, query, resolve_now};
 use crate::fenced::fence_view;
 
 /// The relay's due outbox rows with their occurrences, locked: `$1` now, `$2` how many, `$3`
 /// the caller's instant or NULL (for the liveness gate). The occurrence's columns first, in
-/// FENCE_COLS order, for `fence_view`. Nothing while no node is live: the relay is a node's
+/// order `fence_view` reads. Nothing while no node is live: the relay is a node's
 /// own and waits, as its node's claims do.
-pub(crate) static RELAY_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT occ.seq, occ.id, occ.state, occ.owner, occ.epoch, occ.lease_until, occ.available_at,
-                occ.attempts, occ.max_attempts, occ.backoff_initial_ms, occ.backoff_max_ms,
-                o.seq, o.tenant_id, o.target
-           FROM outbox o JOIN occurrences occ ON occ.id = o.occurrence_id
-          WHERE o.settled_at IS NULL AND o.available_at <= $1
-            AND NOT (occ.state = 'RUNNING' AND occ.cancel_requested) AND {}
-          ORDER BY o.available_at LIMIT $2
-          FOR UPDATE OF o, occ SKIP LOCKED",
-        fence::hands_out_work_sql(&statement_now("$3"))
-    )
-});
+pub(crate) const RELAY_DUE: &str = include_str!("sql/relay_due.sql");
 
 pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>> {
     let now = resolve_now(c, p.now).await?;
@@ -34,7 +22,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     // Both rows locked, skipping what another relay holds: the decision below is atomic with
     // the occurrence's state (a cancel, the recovery sweep) across nodes.
     let fixed = p.now.map(|t| t.as_millisecond());
-    let due = query(&tx, &RELAY_DUE, &[&now, &scan, &fixed]).await?;
+    let due = query(&tx, RELAY_DUE, &[&now, &scan, &fixed]).await?;
     let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
     let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
     let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());

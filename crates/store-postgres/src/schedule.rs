@@ -358,7 +358,7 @@ pub(crate) async fn schedule_create_many(c: &mut Client, p: ScheduleCreateMany) 
         .await?;
         execute(
             &tx,
-            &QUEUE_SEED,
+            QUEUE_SEED,
             &[&p.tenant.0, &ids, &shards, &nexts, first],
         )
         .await?;

@@ -51,10 +51,6 @@ pub(crate) async fn version_insert<C: GenericClient>(
     Ok(())
 }
 
-pub(crate) const SPEC_COLS: &str = "v.kind, v.cron, v.timezone, v.dst_gap, v.dst_fold, v.at, v.every_ms, v.anchor,
-    v.queue, v.payload, v.priority, v.lease_ms, v.max_attempts, v.backoff_initial_ms, v.backoff_max_ms,
-    v.misfire, v.overlap, v.flex_window_ms";
-
 pub(crate) fn spec_row(r: &Row, at: usize) -> R<ScheduleSpec> {
     let misfire: String = r.get(at + 15);
     let overlap: String = r.get(at + 16);
@@ -89,48 +85,36 @@ pub(crate) fn state_of(s: &str) -> R<ScheduleState> {
         .ok_or_else(|| StoreError::Database(format!("unknown schedule state '{s}'")))
 }
 
+/// Every version of a tenant's schedule (`$1` the schedule, `$2` the tenant), oldest first.
+pub(crate) const VERSIONS_OF_SCHEDULE: &str = include_str!("sql/versions_of_schedule.sql");
+
 pub(crate) async fn schedule_versions<C: GenericClient>(
     c: &C,
     tenant: TenantId,
     id: ScheduleId,
 ) -> R<Vec<ScheduleVersion>> {
-    query(
-        c,
-        &format!(
-            "SELECT v.version, v.created_at, {SPEC_COLS}
-               FROM schedule_versions v JOIN schedules s ON s.id = v.schedule_id
-              WHERE v.schedule_id = $1 AND s.tenant_id = $2
-              ORDER BY v.version"
-        ),
-        &[&id.0, &tenant.0],
-    )
-    .await?
-    .iter()
-    .map(|r| {
-        Ok(ScheduleVersion {
-            version: u32_of(r.get(0)),
-            created_at: ts(r.get(1))?,
-            spec: spec_row(r, 2)?,
+    query(c, VERSIONS_OF_SCHEDULE, &[&id.0, &tenant.0])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(ScheduleVersion {
+                version: u32_of(r.get(0)),
+                created_at: ts(r.get(1))?,
+                spec: spec_row(r, 2)?,
+            })
         })
-    })
-    .collect()
+        .collect()
 }
+
+/// A tenant's schedule (`$1` the schedule, `$2` the tenant) with its current version's definition.
+pub(crate) const SCHEDULE_BY_ID: &str = include_str!("sql/schedule_by_id.sql");
 
 pub(crate) async fn schedule_get<C: GenericClient>(
     c: &C,
     tenant: TenantId,
     id: ScheduleId,
 ) -> R<Option<ScheduleRecord>> {
-    let rows = query(
-        c,
-        &format!(
-            "SELECT s.id, s.tenant_id, s.version, s.state, s.shard, s.next_run_at, s.created_at, s.updated_at, {SPEC_COLS}
-               FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-              WHERE s.id = $1 AND s.tenant_id = $2"
-        ),
-        &[&id.0, &tenant.0],
-    )
-    .await?;
+    let rows = query(c, SCHEDULE_BY_ID, &[&id.0, &tenant.0]).await?;
     let Some(r) = rows.first() else {
         return Ok(None);
     };

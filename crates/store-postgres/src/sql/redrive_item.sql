@@ -1,0 +1,4 @@
+-- name: REDRIVE_ITEM
+-- The fencing columns of a tenant's occurrence (`$2`) after a redrive.
+SELECT seq, id, state, owner, epoch, lease_until, available_at, attempts, max_attempts,
+backoff_initial_ms, backoff_max_ms FROM occurrences WHERE tenant_id = $1 AND id = $2
