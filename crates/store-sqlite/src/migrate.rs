@@ -3,7 +3,7 @@
 use campanile_store::{StoreError, upgrade};
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::db_err;
+use crate::db::db_err;
 
 /// `(version, name, sql)` of every migration, in order.
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[

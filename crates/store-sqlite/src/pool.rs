@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use campanile_store::StoreError;
 use rusqlite::{Connection, OpenFlags};
 
-use crate::db_err;
+use crate::db::db_err;
 
 #[derive(Debug, Clone)]
 pub(crate) struct ReadPool {
@@ -43,7 +43,7 @@ impl ReadPool {
                 .map_err(db_err)?;
                 c.busy_timeout(std::time::Duration::from_secs(10))
                     .map_err(db_err)?;
-                crate::stable_plans(&c)?;
+                crate::connection::stable_plans(&c)?;
                 c
             }
         };

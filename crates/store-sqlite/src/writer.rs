@@ -8,7 +8,7 @@ use campanile_store::StoreError;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::db_err;
+use crate::db::db_err;
 
 /// Runs inside the transaction; returns whether it succeeded and how to answer its caller
 /// once the commit's outcome is known.

@@ -1,25 +1,32 @@
-//! Tenants, API keys, schedule listing and idempotency keys on SQLite.
+//! Tenants, their quotas, classes and per-queue limits, and a claim's allowance under them.
 
 use campanile_core::ScheduleId;
 use campanile_store::*;
-use jiff::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
-use uuid::Uuid;
 
-use crate::db_err;
+use crate::db::{R, db_err, ts};
 
-type R<T> = Result<T, StoreError>;
-
-fn ts(ms: i64) -> R<Timestamp> {
-    Timestamp::from_millisecond(ms)
-        .map_err(|e| StoreError::Database(format!("bad instant {ms}: {e}")))
+pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
+    let id = c
+        .prepare_cached("INSERT INTO tenants (name, created_at) VALUES (?1, ?2) RETURNING id")
+        .and_then(|mut s| s.query_row(params![name, now], |r| r.get::<_, i64>(0)))
+        .map_err(|e| match db_err(e) {
+            StoreError::AlreadyExists(_) => StoreError::AlreadyExists(format!("tenant '{name}'")),
+            other => other,
+        })?;
+    Ok(Tenant {
+        id: TenantId(id),
+        name: name.to_string(),
+        created_at: ts(now)?,
+        class: classes::DEFAULT_CLASS.into(),
+    })
 }
 
-fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, i64, String)> {
+pub(crate) fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, i64, String)> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
 }
 
-fn tenant((id, name, at, class): (i64, String, i64, String)) -> R<Tenant> {
+pub(crate) fn tenant((id, name, at, class): (i64, String, i64, String)) -> R<Tenant> {
     Ok(Tenant {
         id: TenantId(id),
         name,
@@ -67,131 +74,6 @@ pub(crate) fn tenant_class_set(c: &Connection, p: &TenantClassSet) -> R<()> {
         return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
     }
     Ok(())
-}
-
-/// `(id, tenant_id, prefix, is_admin, created_at, revoked_at)`.
-type KeyRow = (i64, Option<i64>, String, bool, i64, Option<i64>);
-
-fn key_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-    ))
-}
-
-fn key_record(row: KeyRow) -> R<ApiKeyRecord> {
-    let (id, tenant, prefix, is_admin, created, revoked) = row;
-    Ok(ApiKeyRecord {
-        id,
-        tenant: tenant.map(TenantId),
-        prefix,
-        is_admin,
-        created_at: ts(created)?,
-        revoked_at: revoked.map(ts).transpose()?,
-    })
-}
-
-pub(crate) fn api_key_create(c: &Connection, p: &ApiKeyCreate, now: i64) -> R<ApiKeyRecord> {
-    let row = c
-        .prepare_cached(
-            "INSERT INTO api_keys (tenant_id, key_hash, prefix, is_admin, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
-             RETURNING id, tenant_id, prefix, is_admin, created_at, revoked_at",
-        )
-        .and_then(|mut s| s.query_row(params![p.tenant.map(|t| t.0), p.hash, p.prefix, p.is_admin, now], key_row))
-        .map_err(db_err)?;
-    key_record(row)
-}
-
-pub(crate) fn api_key_find(c: &Connection, hash: &[u8]) -> R<Option<ApiKeyRecord>> {
-    c.prepare_cached(
-        "SELECT id, tenant_id, prefix, is_admin, created_at, revoked_at FROM api_keys
-          WHERE key_hash = ?1 AND revoked_at IS NULL",
-    )
-    .and_then(|mut s| s.query_row(params![hash], key_row).optional())
-    .map_err(db_err)?
-    .map(key_record)
-    .transpose()
-}
-
-pub(crate) fn api_key_revoke(c: &Connection, prefix: &str, now: i64) -> R<u64> {
-    c.prepare_cached("UPDATE api_keys SET revoked_at = ?2 WHERE prefix = ?1 AND revoked_at IS NULL")
-        .and_then(|mut s| s.execute(params![prefix, now]))
-        .map(|n| n as u64)
-        .map_err(db_err)
-}
-
-pub(crate) fn schedule_list(c: &Connection, p: &ScheduleList) -> R<Vec<ScheduleRecord>> {
-    let ids: Vec<Uuid> = c
-        .prepare_cached(
-            "SELECT s.id FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-              WHERE s.tenant_id = ?1 AND (?2 IS NULL OR s.id > ?2) AND (?3 IS NULL OR s.state = ?3)
-                AND (?4 IS NULL OR v.queue = ?4)
-              ORDER BY s.id LIMIT ?5",
-        )
-        .and_then(|mut s| {
-            s.query_map(params![p.tenant.0, p.after.map(|a| a.0), p.state.map(|st| st.as_str()), p.queue, p.limit], |r| r.get(0))?
-                .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(db_err)?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(rec) = crate::schedules::schedule_get(c, p.tenant, ScheduleId(id))? {
-            out.push(rec);
-        }
-    }
-    Ok(out)
-}
-
-pub(crate) fn idempotency_get(
-    c: &Connection,
-    tenant: TenantId,
-    key: &str,
-) -> R<Option<IdempotentResponse>> {
-    c.prepare_cached("SELECT request_hash, status, response, schedule_id FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2")
-        .and_then(|mut s| {
-            s.query_row(params![tenant.0, key], |r| {
-                Ok(IdempotentResponse {
-                    request_hash: r.get(0)?,
-                    status: r.get::<_, Option<u16>>(1)?.unwrap_or(200),
-                    body: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    schedule_id: r.get::<_, Option<uuid::Uuid>>(3)?.map(ScheduleId),
-                })
-            })
-            .optional()
-        })
-        .map_err(db_err)
-}
-
-/// Inserts the answer or reservation; or takes over a reservation of the same request that
-/// has neither an answer nor a schedule and was made at or before `?8`.
-pub(crate) fn idempotency_put(c: &Connection, p: &IdempotencyPut, now: i64) -> R<bool> {
-    let stale = now.saturating_sub(p.take_over_after.as_millis() as i64);
-    c.prepare_cached(
-        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, response, created_at, token)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT (tenant_id, key) DO UPDATE SET token = excluded.token, created_at = excluded.created_at
-          WHERE idempotency_keys.status = 0 AND idempotency_keys.schedule_id IS NULL
-            AND idempotency_keys.created_at <= ?8
-            AND idempotency_keys.request_hash = excluded.request_hash",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            p.tenant.0,
-            p.key,
-            p.request_hash,
-            p.status,
-            p.body,
-            now,
-            p.token,
-            stale
-        ])
-    })
-    .map(|n| n == 1)
-    .map_err(db_err)
 }
 
 pub(crate) fn tenant_quota_set(c: &Connection, p: &TenantQuota) -> R<()> {
@@ -334,23 +216,4 @@ pub(crate) fn tenant_quota_get(c: &Connection, tenant: TenantId) -> R<TenantQuot
         })
         .map_err(db_err)?
         .ok_or_else(|| StoreError::NotFound(format!("tenant {}", tenant.0)))
-}
-
-pub(crate) fn idempotency_finish(
-    c: &Connection,
-    tenant: TenantId,
-    key: &str,
-    token: &str,
-    answer: Option<(u16, String)>,
-) -> R<()> {
-    match answer {
-        Some((status, body)) => c
-            .prepare_cached("UPDATE idempotency_keys SET status = ?3, response = ?4 WHERE tenant_id = ?1 AND key = ?2 AND status = 0")
-            .and_then(|mut s| s.execute(params![tenant.0, key, status, body])),
-        None => c
-            .prepare_cached("DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2 AND token = ?3 AND status = 0 AND schedule_id IS NULL")
-            .and_then(|mut s| s.execute(params![tenant.0, key, token])),
-    }
-    .map(|_| ())
-    .map_err(db_err)
 }
