@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use campanile_store::conformance::Harness;
+use campanile_conformance::Harness;
 use campanile_store_postgres::{Autovacuum, PgOptions, PgStore};
 
 /// A store in a schema of its own, with the URL and the schema's name.
@@ -48,7 +48,7 @@ async fn postgres() -> Option<Harness> {
     in_new_schema().await.map(|(_, _, h)| h)
 }
 
-campanile_store::conformance_tests!(postgres);
+campanile_conformance::conformance_tests!(postgres);
 
 #[test]
 fn attempts_opened_by_older_versions_end_in_place() {
@@ -56,7 +56,7 @@ fn attempts_opened_by_older_versions_end_in_place() {
     let Some((url, schema, h)) = rt.block_on(in_new_schema()) else {
         return;
     };
-    campanile_store::conformance::attempts_opened_by_older_versions_end_in_place(
+    campanile_conformance::attempts_opened_by_older_versions_end_in_place(
         &rt,
         h,
         |sql| async move {
@@ -76,7 +76,7 @@ fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing() {
         return;
     };
     let hold_url = url.clone();
-    campanile_store::conformance::a_claim_that_waited_while_every_mark_lapsed_takes_nothing(
+    campanile_conformance::a_claim_that_waited_while_every_mark_lapsed_takes_nothing(
         &rt,
         h,
         |key| async move {
@@ -118,23 +118,19 @@ fn a_report_whose_claim_fails_keeps_its_outcomes() {
     let Some((url, schema, h)) = rt.block_on(in_new_schema()) else {
         return;
     };
-    campanile_store::conformance::a_report_whose_claim_fails_keeps_its_outcomes(
-        &rt,
-        h,
-        || async move {
-            session(&url)
-                .await
-                .batch_execute(&format!(
-                    "SET search_path TO {schema};
+    campanile_conformance::a_report_whose_claim_fails_keeps_its_outcomes(&rt, h, || async move {
+        session(&url)
+            .await
+            .batch_execute(&format!(
+                "SET search_path TO {schema};
                      CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql
                          AS $$ BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$;
                      CREATE TRIGGER refuse_claims BEFORE UPDATE ON occurrences FOR EACH ROW
                          WHEN (NEW.epoch <> OLD.epoch) EXECUTE FUNCTION refuse_claims();"
-                ))
-                .await
-                .expect("trigger");
-        },
-    );
+            ))
+            .await
+            .expect("trigger");
+    });
 }
 
 /// What `connect` warns about: autovacuum off for the server, or for the occurrences table.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use campanile_store::conformance;
+use campanile_conformance as conformance;
 use campanile_store_postgres::{PgOptions, PgStore};
 
 fn runtime() -> tokio::runtime::Runtime {

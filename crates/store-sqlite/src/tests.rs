@@ -5,8 +5,8 @@
 
 use std::task::{Context, Poll, Waker};
 
+use campanile_conformance::{claim_params, fixture, insert, new_occ, secs, spec};
 use campanile_core::OccurrenceState;
-use campanile_store::conformance::{claim_params, fixture, insert, new_occ, secs, spec};
 
 use super::*;
 
@@ -175,7 +175,7 @@ fn a_pause_and_a_planning_commit_never_interleave() {
                 .await
                 .unwrap()
                 .leases[0];
-            let fixture = campanile_store::conformance::Fixture {
+            let fixture = campanile_conformance::Fixture {
                 tenant,
                 schedule: id,
             };

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use campanile_store::conformance::Harness;
+use campanile_conformance::Harness;
 use campanile_store_sqlite::SqliteStore;
 
 async fn sqlite() -> Option<Harness> {
@@ -14,7 +14,7 @@ async fn sqlite() -> Option<Harness> {
     })
 }
 
-campanile_store::conformance_tests!(sqlite);
+campanile_conformance::conformance_tests!(sqlite);
 
 /// A store in a new temporary directory (kept while the first value lives), with its file's
 /// path for a connection of the test's own.
@@ -33,7 +33,7 @@ fn at_path() -> (tempfile::TempDir, std::path::PathBuf, Harness) {
 fn attempts_opened_by_older_versions_end_in_place() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_dir, path, h) = at_path();
-    campanile_store::conformance::attempts_opened_by_older_versions_end_in_place(
+    campanile_conformance::attempts_opened_by_older_versions_end_in_place(
         &rt,
         h,
         |sql| async move {
@@ -49,18 +49,14 @@ fn attempts_opened_by_older_versions_end_in_place() {
 fn a_report_whose_claim_fails_keeps_its_outcomes() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_dir, path, h) = at_path();
-    campanile_store::conformance::a_report_whose_claim_fails_keeps_its_outcomes(
-        &rt,
-        h,
-        || async move {
-            rusqlite::Connection::open(&path)
-                .expect("open")
-                .execute_batch(
-                    "CREATE TRIGGER refuse_claims BEFORE UPDATE ON occurrences
+    campanile_conformance::a_report_whose_claim_fails_keeps_its_outcomes(&rt, h, || async move {
+        rusqlite::Connection::open(&path)
+            .expect("open")
+            .execute_batch(
+                "CREATE TRIGGER refuse_claims BEFORE UPDATE ON occurrences
                          WHEN NEW.epoch <> OLD.epoch
                      BEGIN SELECT RAISE(ABORT, 'claims refused by the test'); END;",
-                )
-                .expect("trigger");
-        },
-    );
+            )
+            .expect("trigger");
+    });
 }

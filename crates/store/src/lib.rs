@@ -7,7 +7,7 @@
 //! the process clock on embedded SQLite. Workers never send timestamps.
 //!
 //! Each backend (`campanile-store-sqlite`, `campanile-store-postgres`) owns its SQL and
-//! migrations; the `conformance` feature holds the suite every backend must pass.
+//! migrations (the suite every backend must pass is the `campanile-conformance` crate).
 
 pub mod classes;
 mod error;
@@ -15,9 +15,6 @@ pub mod fence;
 mod params;
 mod records;
 pub mod upgrade;
-
-#[cfg(feature = "conformance")]
-pub mod conformance;
 
 pub use error::{Conflict, Quota, StoreError};
 pub use params::*;

@@ -1,24 +1,32 @@
-//! The conformance suite: behaviour every backend must show, run by each backend's tests
-//! through [`crate::conformance_tests!`].
+//! The conformance suite: behaviour every store backend must show, run by each backend's tests
+//! through [`conformance_tests!`]. Organised by what the store does: claims (`claim`), their
+//! answers' size (`answers`), reports and fencing (`fencing`), races between workers (`races`),
+//! the relay (`relay`), resumes after an outage (`resume`) and crashes (`crash`).
 //!
 //! Everything here steps time explicitly (`now: Some(..)`), so lease expiry is exact.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod answers;
+mod claims;
 mod crash;
 mod fencing;
-mod lifecycle;
+mod outcomes;
 mod races;
+mod records;
 mod relay;
+mod resent;
 mod resume;
 
 pub use answers::*;
+pub use claims::*;
 pub use crash::*;
 pub use fencing::*;
-pub use lifecycle::*;
+pub use outcomes::*;
 pub use races::*;
+pub use records::*;
 pub use relay::*;
+pub use resent::*;
 pub use resume::*;
 
 use std::sync::Arc;
@@ -27,7 +35,7 @@ use campanile_core::{OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
-use crate::*;
+use campanile_store::*;
 
 /// A store under test, plus whatever keeps its database alive (a temp dir, a schema).
 pub struct Harness {
@@ -76,7 +84,7 @@ macro_rules! conformance_tests {
                     .build()
                     .expect("runtime");
                 let Some(h) = rt.block_on($factory()) else { return };
-                $crate::conformance::$name(&rt, h);
+                $crate::$name(&rt, h);
             }
         )*
     };
