@@ -4,7 +4,8 @@ use campanile_server::issue_key;
 use campanile_store::TenantCreate;
 use clap::Subcommand;
 
-use crate::{CliError, db};
+use crate::db;
+use crate::error::CliError;
 
 /// `campanile tenant` subcommands.
 #[derive(Debug, Subcommand)]

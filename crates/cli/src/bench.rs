@@ -11,7 +11,7 @@ mod throughput;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// `campanile bench` subcommands.
 #[derive(Debug, Subcommand)]

@@ -7,7 +7,7 @@ use campanile_store::{Store, StoreError};
 use campanile_store_postgres::{PgOptions, PgStore};
 use campanile_store_sqlite::SqliteStore;
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// Which backend a `--database` value names.
 pub(crate) fn is_postgres(database: &str) -> bool {

@@ -7,7 +7,7 @@ use campanile_calendar::{Calendar, DstFold, DstGap, DstPolicy, Fire, FireNote};
 use clap::Args;
 use jiff::Timestamp;
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// Arguments of `campanile preview`.
 #[derive(Debug, Args)]

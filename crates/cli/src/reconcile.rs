@@ -13,7 +13,8 @@ use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use crate::{CliError, db};
+use crate::db;
+use crate::error::CliError;
 
 /// Arguments of `campanile reconcile`.
 #[derive(Debug, Args)]
@@ -60,7 +61,7 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
             db::redact(&args.database)
         )));
     }
-    crate::block_on(async move {
+    crate::error::block_on(async move {
         let store = db::open(&args.database, None).await?;
         let store_err = |e: campanile_store::StoreError| CliError::runtime(format!("{e}"));
         let tenant = store

@@ -8,7 +8,8 @@ use campanile_server::{AppState, ServerConfig, issue_key, router};
 use campanile_store::{ShardRelease, Store, TenantCreate};
 use clap::Args;
 
-use crate::{CliError, db};
+use crate::db;
+use crate::error::CliError;
 
 /// Arguments of `campanile serve`. Each setting comes from, in order: the flag, the
 /// environment variable, the config file, the built-in default.
@@ -213,7 +214,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), CliError> {
     if !(1..=4096).contains(&args.shards) {
         return Err(CliError::usage("--shards must be between 1 and 4096"));
     }
-    crate::block_on(serve(args))
+    crate::error::block_on(serve(args))
 }
 
 async fn first_run(store: &dyn Store, database: &str) -> Result<(), CliError> {

@@ -1,10 +1,11 @@
 //! Claims: their order, quotas and per-queue limits, and overlap policies kept by one worker
 //! and by racing ones.
 
-use super::*;
 use campanile_core::{ErrorClass, OccurrenceState};
 use jiff::SignedDuration;
 use tokio::runtime::Runtime;
+
+use super::*;
 
 pub fn claim_orders_by_priority_then_availability(rt: &Runtime, h: Harness) {
     rt.block_on(async {

@@ -1,10 +1,11 @@
 //! Fencing: the reference scenario, lease and due boundaries to the millisecond, renewals,
 //! batches of reports fenced item by item, redrive and lease grants.
 
-use super::*;
 use campanile_core::{ErrorClass, OccurrenceState};
 use jiff::SignedDuration;
 use tokio::runtime::Runtime;
+
+use super::*;
 
 /// DESIGN.md's reference scenario, exactly, with a 5 s lease.
 pub fn reference_scenario(rt: &Runtime, h: Harness) {

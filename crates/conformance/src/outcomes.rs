@@ -1,10 +1,11 @@
 //! Reports and what follows them: retries with backoff, dead letters and redrive, cancel, the
 //! lease sweep, and the attempt history each leaves.
 
-use super::*;
 use campanile_core::{Backoff, ErrorClass, OccurrenceState};
 use jiff::SignedDuration;
 use tokio::runtime::Runtime;
+
+use super::*;
 
 pub fn transient_failure_backs_off_then_retries(rt: &Runtime, h: Harness) {
     rt.block_on(async {

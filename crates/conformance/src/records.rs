@@ -1,10 +1,11 @@
 //! Records and tenants: unique keys, tenant isolation, listings and their cursor, the backlog,
 //! the deployment's shard count, tenant classes and idempotency reservations.
 
-use super::*;
 use campanile_core::OccurrenceState;
 use jiff::SignedDuration;
 use tokio::runtime::Runtime;
+
+use super::*;
 
 pub fn duplicate_keys_are_ignored(rt: &Runtime, h: Harness) {
     rt.block_on(async {

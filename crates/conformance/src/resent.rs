@@ -1,9 +1,10 @@
 //! A claim sent again after its answer was lost ([`ClaimKey::resent`]).
 
-use super::*;
 use campanile_core::OccurrenceState;
 use jiff::SignedDuration;
 use tokio::runtime::Runtime;
+
+use super::*;
 
 /// A claim with a key ([`ClaimKey`]) and a lease of 30 s.
 async fn claim_keyed(

@@ -1,6 +1,6 @@
-//! Memory held by answers in flight: one budget per node ([`ServerConfig::answer_memory`]).
+//! Memory held by answers in flight: one budget per node ([`crate::ServerConfig::answer_memory`]).
 //!
-//! A list or claim answer is bounded on its own ([`crate::ANSWER_BYTES`]), but a node
+//! A list or claim answer is bounded on its own ([`ANSWER_BYTES`]), but a node
 //! answers many at once, and an answer stays in memory until its client has read it. Each
 //! such answer holds its share of the node's budget from before its records are read until
 //! its body is sent (or its connection closed): a burst of large answers waits for room
@@ -14,8 +14,6 @@ use axum::body::{Body, Bytes};
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-use crate::ServerConfig;
 
 /// The budget is counted in units of this many bytes.
 const UNIT: usize = 1024;
@@ -34,18 +32,18 @@ pub(crate) struct AnswerMemory {
 }
 
 impl AnswerMemory {
-    /// The budget of `cfg` (never below one whole answer being built,
+    /// A budget of `bytes` (never below one whole answer being built,
     /// [`AnswerMemory::MIN_BYTES`]).
-    pub(crate) fn new(cfg: &ServerConfig) -> AnswerMemory {
-        let total = cfg.answer_memory.max(Self::MIN_BYTES).div_ceil(UNIT);
+    pub(crate) fn new(bytes: usize) -> AnswerMemory {
+        let total = bytes.max(Self::MIN_BYTES).div_ceil(UNIT);
         AnswerMemory {
             units: Arc::new(Semaphore::new(total)),
             total,
         }
     }
 
-    /// The smallest budget: one whole answer ([`crate::ANSWER_BYTES`]) being built.
-    pub(crate) const MIN_BYTES: usize = crate::ANSWER_BYTES * BUILDING;
+    /// The smallest budget: one whole answer ([`ANSWER_BYTES`]) being built.
+    pub(crate) const MIN_BYTES: usize = ANSWER_BYTES * BUILDING;
 
     /// A hold for an answer of up to `want` bytes: as much as is free now, but at least
     /// `floor` bytes (for which it waits). An answer sized by its hold ([`AnswerHold::bytes`])
@@ -194,39 +192,89 @@ impl http_body::Body for HeldBody {
     }
 }
 
+/// The size bound of one answer that lists records (schedules, occurrences), in bytes of
+/// JSON: a page stops before the record that would pass it (a page always holds at least
+/// one record) and says `truncated`. Records are read in chunks small enough that the chunk
+/// in hand stays within the bound whatever their payloads and results hold, so memory per
+/// answer follows this bound, not `limit` times the largest payload.
+pub const ANSWER_BYTES: usize = 8 << 20;
+
+/// Room for a record's fields besides its payload or result, in bytes of JSON.
+pub(crate) const RECORD_OVERHEAD: usize = 4 << 10;
+
+/// An answer under construction that keeps to [`ANSWER_BYTES`].
+#[derive(Debug)]
+pub(crate) struct AnswerBudget {
+    left: usize,
+    empty: bool,
+}
+
+impl AnswerBudget {
+    pub(crate) fn new() -> AnswerBudget {
+        AnswerBudget {
+            left: ANSWER_BYTES,
+            empty: true,
+        }
+    }
+
+    /// Bytes of JSON counted so far.
+    pub(crate) fn used(&self) -> usize {
+        ANSWER_BYTES - self.left
+    }
+
+    /// Whether `record` fits (the first one always does); if it does, it is counted.
+    pub(crate) fn fits(&mut self, record: &impl serde::Serialize) -> bool {
+        let mut counter = ByteCount(0);
+        let size = serde_json::to_writer(&mut counter, record).map_or(usize::MAX, |()| counter.0);
+        if !self.empty && size > self.left {
+            return false;
+        }
+        self.empty = false;
+        self.left = self.left.saturating_sub(size + 1);
+        true
+    }
+}
+
+/// Counts what is written to it, keeping nothing.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn memory(bytes: usize) -> AnswerMemory {
-        AnswerMemory::new(&ServerConfig {
-            answer_memory: bytes,
-            ..ServerConfig::default()
-        })
+        AnswerMemory::new(bytes)
     }
 
     #[tokio::test]
     async fn holds_take_what_is_free_down_to_their_floor_and_give_back_on_shrink_and_drop() {
         let m = memory(AnswerMemory::MIN_BYTES * 2);
-        let mut a = m.hold(crate::ANSWER_BYTES, 1).await;
-        assert_eq!(a.bytes(), crate::ANSWER_BYTES);
-        assert_eq!(
-            m.held_bytes(),
-            crate::ANSWER_BYTES * BUILDING,
-            "room to build it"
-        );
-        let b = m.hold(crate::ANSWER_BYTES * 4, 1).await;
-        assert_eq!(b.bytes(), crate::ANSWER_BYTES, "what is free, not more");
+        let mut a = m.hold(ANSWER_BYTES, 1).await;
+        assert_eq!(a.bytes(), ANSWER_BYTES);
+        assert_eq!(m.held_bytes(), ANSWER_BYTES * BUILDING, "room to build it");
+        let b = m.hold(ANSWER_BYTES * 4, 1).await;
+        assert_eq!(b.bytes(), ANSWER_BYTES, "what is free, not more");
         // Nothing free: a hold waits for its floor.
         let m2 = m.clone();
-        let waiting = tokio::spawn(async move { m2.hold(crate::ANSWER_BYTES, 4096).await.bytes() });
+        let waiting = tokio::spawn(async move { m2.hold(ANSWER_BYTES, 4096).await.bytes() });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         a.shrink_to(10_000);
         let got = waiting.await.expect("hold");
         assert_eq!(got, 4096, "its floor: all that was free when it asked");
         // (That hold is dropped with its task.)
-        assert_eq!(m.held_bytes(), 10 * UNIT + crate::ANSWER_BYTES * BUILDING);
+        assert_eq!(m.held_bytes(), 10 * UNIT + ANSWER_BYTES * BUILDING);
         drop((a, b));
         assert_eq!(m.held_bytes(), 0);
     }
@@ -235,7 +283,7 @@ mod tests {
     async fn an_attached_hold_is_kept_until_the_last_frame_is_taken() {
         use http_body_util::BodyExt;
         let m = memory(AnswerMemory::MIN_BYTES);
-        let mut hold = m.hold(crate::ANSWER_BYTES, 1).await;
+        let mut hold = m.hold(ANSWER_BYTES, 1).await;
         let answer = vec![7u8; FRAME * 2 + 5];
         hold.shrink_to(answer.len());
         let held = answer.len().div_ceil(UNIT) * UNIT;

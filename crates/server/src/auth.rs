@@ -1,15 +1,10 @@
 //! API keys: generation, hashing, and the extractor that turns `Authorization: Bearer <key>`
 //! into the caller's tenant.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
-use campanile_core::Clock;
 use campanile_store::{ApiKeyCreate, ApiKeyRecord, Store, StoreError, TenantId};
-use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest, Sha256};
 
 use crate::{ApiError, AppState};
@@ -55,67 +50,6 @@ pub async fn issue_key(
         })
         .await?;
     Ok(key)
-}
-
-/// Keys this node verified recently, so that a worker's every claim and completion does not
-/// also read the key table: a verified key is trusted for `ttl` after it was read, so a key
-/// revoked elsewhere (`campanile key revoke`, another node) is refused by this node at most
-/// `ttl` later. Only keys found valid are kept (an unknown or revoked key is looked up every
-/// time), and the map is bounded: when full, expired entries go, and if none had expired, all.
-/// A zero `ttl` turns the cache off.
-pub(crate) struct KeyCache {
-    ttl: SignedDuration,
-    clock: Arc<dyn Clock>,
-    entries: Mutex<HashMap<Vec<u8>, (ApiKeyRecord, Timestamp)>>,
-}
-
-/// Most keys a node keeps verified at once.
-const KEY_CACHE_CAPACITY: usize = 4096;
-
-impl KeyCache {
-    pub(crate) fn new(ttl: std::time::Duration, clock: Arc<dyn Clock>) -> KeyCache {
-        KeyCache {
-            ttl: SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX),
-            clock,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// An empty cache with the same period, timed by `clock`.
-    pub(crate) fn with_clock(&self, clock: Arc<dyn Clock>) -> KeyCache {
-        KeyCache {
-            ttl: self.ttl,
-            clock,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, hash: &[u8]) -> Option<ApiKeyRecord> {
-        if self.ttl.is_zero() {
-            return None;
-        }
-        let now = self.clock.now();
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(hash)
-            .filter(|(_, read_at)| now.duration_since(*read_at) < self.ttl)
-            .map(|(record, _)| record.clone())
-    }
-
-    fn put(&self, hash: Vec<u8>, record: &ApiKeyRecord) {
-        if self.ttl.is_zero() {
-            return;
-        }
-        let now = self.clock.now();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= KEY_CACHE_CAPACITY && !entries.contains_key(&hash) {
-            entries.retain(|_, (_, read_at)| now.duration_since(*read_at) < self.ttl);
-            if entries.len() >= KEY_CACHE_CAPACITY {
-                entries.clear();
-            }
-        }
-        entries.insert(hash, (record.clone(), now));
-    }
 }
 
 /// The unrevoked key named by `Authorization: Bearer <key>`, or 401.

@@ -263,7 +263,7 @@ pub(crate) async fn list(
         .answers
         .hold(crate::ANSWER_BYTES, crate::ANSWER_BYTES)
         .await;
-    let mut page = crate::AnswerBudget::new();
+    let mut page = crate::answers::AnswerBudget::new();
     let mut schedules = Vec::new();
     let (mut cursor, mut more, mut truncated) = (after, false, false);
     'read: while (schedules.len() as u32) < limit {

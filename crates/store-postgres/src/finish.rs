@@ -1,11 +1,12 @@
 //! Reports: outcomes fenced by owner, epoch and lease (shared statements for batches of
 //! successes, a report that claims), cancel and redrive.
 
+use std::collections::HashMap;
+
 use campanile_core::{OccurrenceId, OccurrenceState};
 use campanile_store::fence::{self, FenceView, reported};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient, Pool};
-use std::collections::HashMap;
 use tokio_postgres::Row;
 use uuid::Uuid;
 

@@ -1,9 +1,10 @@
 //! Leases: renewals and the sweep of expired ones.
 
+use std::collections::HashMap;
+
 use campanile_store::fence::{self, FenceView};
 use campanile_store::*;
 use deadpool_postgres::Client;
-use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::db::{R, dur_ms, query, resolve_now, ts};

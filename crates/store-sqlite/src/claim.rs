@@ -2,11 +2,12 @@
 //! claim's write, overlap-constrained claims, a claim sent again, and payloads filled in on a
 //! reader.
 
+use std::collections::HashMap;
+
 use campanile_core::{OccurrenceId, Overlap, ScheduleId};
 use campanile_store::fence::{self};
 use campanile_store::*;
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::attempt::RECORD_LOST;

@@ -1,10 +1,11 @@
 //! A connection as the store opens it: its pragmas, the query planner's stable plans, and a
 //! database file that only its owner can read.
 
+use std::path::Path;
+
 use campanile_store::*;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
-use std::path::Path;
 
 use crate::db::db_err;
 

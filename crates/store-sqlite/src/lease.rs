@@ -1,9 +1,10 @@
 //! Leases: renewals and the sweep of expired ones.
 
+use std::collections::HashMap;
+
 use campanile_store::fence::{self};
 use campanile_store::*;
 use rusqlite::{Connection, params};
-use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::attempt::record_attempt;

@@ -21,7 +21,7 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::Common;
-use crate::CliError;
+use crate::error::CliError;
 
 /// Arguments of `campanile bench peak`.
 #[derive(Debug, Args)]
@@ -105,7 +105,7 @@ pub(crate) fn run(args: PeakArgs) -> Result<(), CliError> {
             "--schedules and --workers must be positive, --batch 1..=1000, --due-in at least 1",
         ));
     }
-    crate::block_on(run_async(args))
+    crate::error::block_on(run_async(args))
 }
 
 async fn run_async(args: PeakArgs) -> Result<(), CliError> {

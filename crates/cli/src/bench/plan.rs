@@ -21,7 +21,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
 use super::{Backend, Common};
-use crate::{CliError, db};
+use crate::db;
+use crate::error::CliError;
 
 /// Arguments of `campanile bench plan`.
 #[derive(Debug, Args)]
@@ -52,7 +53,7 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
             "--due must be positive and at most every --schedules value; --shards and --batch must be positive",
         ));
     }
-    crate::block_on(async {
+    crate::error::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
             let (bench_db, run) =

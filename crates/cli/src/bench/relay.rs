@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::Common;
-use crate::CliError;
+use crate::error::CliError;
 
 /// A relay that publishes nothing for this long ends the run with an error (another relay
 /// may still be finishing the last batches; a batch's acknowledgements wait at most 10 s).
@@ -52,7 +52,7 @@ pub(crate) fn run(args: RelayArgs) -> Result<(), CliError> {
             "--occurrences and --relays must be positive, --batch 1..=10000",
         ));
     }
-    crate::block_on(run_async(args))
+    crate::error::block_on(run_async(args))
 }
 
 async fn run_async(args: RelayArgs) -> Result<(), CliError> {

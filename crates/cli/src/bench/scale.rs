@@ -12,7 +12,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::Common;
-use crate::CliError;
+use crate::error::CliError;
 
 /// Arguments of `campanile bench scale`.
 #[derive(Debug, Args)]
@@ -46,7 +46,7 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
             "--due must be positive and at most every --schedules value",
         ));
     }
-    crate::block_on(async {
+    crate::error::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
             let (bench_db, mut run) =

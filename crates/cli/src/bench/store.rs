@@ -15,7 +15,7 @@ use jiff::SignedDuration;
 use serde_json::json;
 
 use super::Common;
-use crate::CliError;
+use crate::error::CliError;
 
 /// Arguments of `campanile bench store`.
 #[derive(Debug, Args)]
@@ -39,7 +39,7 @@ pub(crate) fn run(args: StoreArgs) -> Result<(), CliError> {
             "--occurrences, --workers and every --batch must be positive",
         ));
     }
-    crate::block_on(run_async(args))
+    crate::error::block_on(run_async(args))
 }
 
 async fn run_async(args: StoreArgs) -> Result<(), CliError> {

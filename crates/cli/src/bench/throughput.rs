@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::Common;
-use crate::CliError;
+use crate::error::CliError;
 
 /// Arguments of `campanile bench throughput`.
 #[derive(Debug, Args)]
@@ -45,7 +45,7 @@ pub(crate) fn run(args: ThroughputArgs) -> Result<(), CliError> {
             "--occurrences and --workers must be positive; --batch values between 1 and 1000",
         ));
     }
-    crate::block_on(run_async(args))
+    crate::error::block_on(run_async(args))
 }
 
 async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
