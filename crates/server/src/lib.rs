@@ -9,12 +9,14 @@ mod admin;
 mod answers;
 mod auth;
 mod body;
+mod claims;
 pub mod dto;
 mod error;
 pub mod http;
 mod keys;
 mod occurrences;
 mod prometheus;
+mod reports;
 mod schedules;
 mod state;
 
@@ -45,8 +47,8 @@ use crate::prometheus::metrics_handle;
     paths(
         schedules::create, schedules::list, schedules::get, schedules::update, schedules::pause, schedules::resume,
         schedules::cancel, schedules::preview,
-        occurrences::list, occurrences::get, occurrences::get_planned, occurrences::claim, occurrences::renew,
-        occurrences::complete, occurrences::fail, occurrences::completions, occurrences::redrive, occurrences::cancel,
+        occurrences::list, occurrences::get, occurrences::get_planned, claims::claim, reports::renew,
+        reports::complete, reports::fail, reports::completions, reports::redrive, reports::cancel,
         admin::create_tenant, admin::list_tenants, admin::create_key, admin::set_class,
         healthz, readyz
     ),
@@ -268,13 +270,13 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         )
         .route("/occurrences", get(occurrences::list))
         .route("/occurrences/{id}", get(occurrences::get))
-        .route("/occurrences/{id}/complete", post(occurrences::complete))
-        .route("/occurrences/{id}/fail", post(occurrences::fail))
-        .route("/occurrences/{id}/redrive", post(occurrences::redrive))
-        .route("/occurrences/{id}/cancel", post(occurrences::cancel))
-        .route("/queues/{queue}/claim", post(occurrences::claim))
-        .route("/leases/renew", post(occurrences::renew))
-        .route("/completions", post(occurrences::completions))
+        .route("/occurrences/{id}/complete", post(reports::complete))
+        .route("/occurrences/{id}/fail", post(reports::fail))
+        .route("/occurrences/{id}/redrive", post(reports::redrive))
+        .route("/occurrences/{id}/cancel", post(reports::cancel))
+        .route("/queues/{queue}/claim", post(claims::claim))
+        .route("/leases/renew", post(reports::renew))
+        .route("/completions", post(reports::completions))
         .route(
             "/admin/tenants",
             post(admin::create_tenant).get(admin::list_tenants),

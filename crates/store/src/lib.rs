@@ -9,6 +9,7 @@
 //! Each backend (`campanile-store-sqlite`, `campanile-store-postgres`) owns its SQL and
 //! migrations (the suite every backend must pass is the `campanile-conformance` crate).
 
+mod answer;
 pub mod classes;
 mod error;
 pub mod fence;
@@ -16,6 +17,7 @@ mod params;
 mod records;
 pub mod upgrade;
 
+pub use answer::{ClaimRoom, payload_answer_bytes};
 pub use error::{Conflict, Quota, StoreError};
 pub use params::*;
 pub use records::*;
