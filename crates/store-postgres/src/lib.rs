@@ -370,9 +370,7 @@ impl Store for PgStore {
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
-        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
-            return Err(StoreError::Invalid("lease must be positive".into()));
-        }
+        check_lease(p.lease)?;
         if p.max == 0 {
             return Ok(Vec::new());
         }
@@ -402,9 +400,7 @@ impl Store for PgStore {
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
-        if p.lease <= jiff::SignedDuration::ZERO {
-            return Err(StoreError::Invalid("lease must be positive".into()));
-        }
+        check_lease(Some(p.lease))?;
         if p.max == 0 {
             return Ok(Vec::new());
         }
@@ -412,9 +408,7 @@ impl Store for PgStore {
     }
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
-        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
-            return Err(StoreError::Invalid("lease must be positive".into()));
-        }
+        check_lease(p.lease)?;
         lease::lease_renew(&self.client().await?, p).await
     }
 

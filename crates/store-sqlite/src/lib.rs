@@ -226,9 +226,7 @@ impl Store for SqliteStore {
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
-        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
-            return Err(StoreError::Invalid("lease must be positive".into()));
-        }
+        check_lease(p.lease)?;
         if p.max == 0 {
             return Ok(Vec::new());
         }
@@ -297,9 +295,7 @@ impl Store for SqliteStore {
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
-        if p.lease <= jiff::SignedDuration::ZERO {
-            return Err(StoreError::Invalid("lease must be positive".into()));
-        }
+        check_lease(Some(p.lease))?;
         if p.max == 0 {
             return Ok(Vec::new());
         }
@@ -332,9 +328,7 @@ impl Store for SqliteStore {
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
         let now = self.now(p.now);
-        if p.lease.is_some_and(|l| l <= jiff::SignedDuration::ZERO) {
-            return Err(StoreError::Invalid("lease must be positive".into()));
-        }
+        check_lease(p.lease)?;
         self.write(move |c| lease::lease_renew(c, &p, now)).await
     }
 

@@ -32,14 +32,150 @@ use jiff::Timestamp;
 /// valid (`now < lease_until`). The affected-row count is the acknowledgement ([`Ack::rows`]).
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
+    // ── Tenants, their API keys, quotas, classes and queue limits ──
+
     /// Creates a tenant. Names are unique.
     async fn tenant_create(&self, p: TenantCreate) -> Result<Tenant, StoreError>;
+
+    /// All tenants, by name.
+    async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError>;
+
+    /// A tenant by name.
+    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError>;
+
+    /// A tenant's quotas.
+    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError>;
+
+    /// Sets a tenant's quotas.
+    async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
+
+    /// Sets a tenant's class (the label of its lag metrics). `Invalid` for a malformed class
+    /// ([`classes::validate`]) or one that would make more than [`classes::MAX_CLASSES`]
+    /// distinct classes; `NotFound` for an unknown tenant.
+    async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError>;
+
+    /// Sets (or with `None` removes) a per-queue concurrency limit.
+    async fn queue_limit_set(
+        &self,
+        tenant: TenantId,
+        queue: &str,
+        max_running: Option<i64>,
+    ) -> Result<(), StoreError>;
+
+    /// Stores a (hashed) API key.
+    async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError>;
+
+    /// The unrevoked key with this hash.
+    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Revokes the keys with this prefix; returns how many.
+    async fn api_key_revoke(&self, prefix: &str, now: Option<Timestamp>)
+    -> Result<u64, StoreError>;
+
+    // ── Schedules: created, read, listed, changed ──
 
     /// Creates a schedule at version 1 with its first version's definition.
     async fn schedule_create(&self, p: ScheduleCreate) -> Result<(), StoreError>;
 
     /// Creates many schedules sharing one definition, in one transaction per call.
     async fn schedule_create_many(&self, p: ScheduleCreateMany) -> Result<u64, StoreError>;
+
+    /// A schedule with its current version, if it belongs to the tenant.
+    async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError>;
+
+    /// Every version of a schedule, oldest first: each definition and when it took effect
+    /// (empty when the tenant has no such schedule). What `campanile reconcile` recomputes
+    /// the expected occurrences from.
+    async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError>;
+
+    /// A tenant's schedules, creation order, with their current version.
+    async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError>;
+
+    /// Where an active schedule stands in the planner's queue: the next instant it will plan.
+    /// (A scan of one shard's queue; [`ScheduleRecord::next_run_at`] is only a snapshot.)
+    async fn schedule_position(
+        &self,
+        tenant: TenantId,
+        id: campanile_core::ScheduleId,
+    ) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Replaces the definition (optimistically, against `expected_version`), bumping the
+    /// version. Unclaimed occurrences of older versions become `CANCELED`; claimed ones are
+    /// left as they are, flagged for cancel, and reported.
+    async fn schedule_update(&self, p: ScheduleUpdate) -> Result<ScheduleChange, StoreError>;
+
+    /// Pause (version bump, unclaimed occurrences canceled and replanned on resume), resume,
+    /// or cancel (version bump, unclaimed occurrences canceled, never planned again).
+    async fn schedule_transition(
+        &self,
+        p: ScheduleTransition,
+    ) -> Result<ScheduleChange, StoreError>;
+
+    // ── Idempotent creates ──
+
+    /// A stored answer for `(tenant, key)`.
+    async fn idempotency_get(
+        &self,
+        tenant: TenantId,
+        key: &str,
+    ) -> Result<Option<IdempotentResponse>, StoreError>;
+
+    /// Stores an answer or a reservation (status 0); false if the key is held (the caller
+    /// then answers from [`Store::idempotency_get`]). A reservation of the same request that
+    /// is older than `take_over_after` and has neither an answer nor a schedule is taken over
+    /// (true): the request that made it died, or its create will be refused
+    /// ([`ScheduleCreate::idempotency`]).
+    async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError>;
+
+    /// Records the final answer for a reserved key (`Some`; only once), or releases the
+    /// reservation `token` holds (`None`) when its request failed before creating anything,
+    /// so that it can be retried. A reservation whose schedule was created is never released.
+    async fn idempotency_finish(
+        &self,
+        tenant: TenantId,
+        key: &str,
+        token: &str,
+        answer: Option<(u16, String)>,
+    ) -> Result<(), StoreError>;
+
+    // ── Planning: due schedules, the planning commit, shard leases, missed ranges ──
+
+    /// Active schedules of a shard with `next_run_at <= before`, earliest first.
+    async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError>;
+
+    /// The earliest `next_run_at` among the active schedules of these shards.
+    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Commits a planning batch in one transaction, fenced by the shard lease: for each item,
+    /// advances `next_run_at` only if the schedule is still at `version` and
+    /// `expected_next_run_at` (so racing planners never move it backwards), and inserts its
+    /// occurrences (duplicates ignored by the unique key).
+    async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError>;
+
+    /// Renews the node's liveness mark and shard leases and takes free or expired shards up
+    /// to a fair share; returns the leases the node now holds.
+    ///
+    /// First, in the same transaction (serialized with the other nodes' acquisitions), the
+    /// outage check: if no node's mark was valid (the whole control plane was down: stopped,
+    /// crashed, or cut off from the database), it applies the misfire policy to what the outage
+    /// left behind that the planner will not see again: occurrences planned before it (up to
+    /// the planning horizon ahead), never claimed, that became claimable during it. `p.judge`
+    /// decides, per schedule version, which become `MISSED`; the rest run. Of nodes coming
+    /// back together exactly one sees the outage; the others see it handled. A node calls
+    /// this before it serves claims, with the `now` of its first planning pass.
+    async fn shard_acquire(&self, p: ShardAcquire) -> Result<ShardAcquired, StoreError>;
+
+    /// Gives up every shard the node holds (graceful shutdown).
+    async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError>;
+
+    /// Summaries of long misfire gaps of a schedule.
+    async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError>;
+
+    /// The deployment's planner shard count: records `shards` if none is recorded yet (the
+    /// first node to start decides) and returns the recorded count, which every node must use.
+    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError>;
+
+    // ── Occurrences: inserted, claimed, reported, read ──
 
     /// Inserts planned occurrences. Duplicates of `(schedule_id, version, scheduled_for)`
     /// are ignored (the unique key decides); returns how many rows were new.
@@ -69,10 +205,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         p: OccurrenceClaim,
     ) -> Result<Vec<Claimed>, StoreError>;
 
-    /// Extends the leases the worker still holds, in one statement; says for each whether
-    /// it was renewed and whether a cancel was requested.
-    async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError>;
-
     /// Completes or fails occurrences, each fenced on its own, in one transaction.
     async fn occurrence_finish_many(&self, p: OccurrenceFinishMany)
     -> Result<Vec<Ack>, StoreError>;
@@ -100,10 +232,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// attempt's epoch is refused as [`Conflict::NotClaimed`]); its attempt history is kept.
     async fn occurrence_redrive(&self, p: OccurrenceRedrive) -> Result<Ack, StoreError>;
 
-    /// The recovery sweep: occurrences whose lease expired go back to `READY`, or to `DEAD`
-    /// when their attempts are used up; at most `limit` per call.
-    async fn lease_sweep(&self, p: LeaseSweep) -> Result<SweepReport, StoreError>;
-
     /// One occurrence with its attempts, if it belongs to the tenant.
     async fn occurrence_get(
         &self,
@@ -113,41 +241,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Occurrences by schedule, state and planned-time range, in `(scheduled_for, id)` order.
     async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError>;
 
-    /// The store's clock: the database's on PostgreSQL, the process's on SQLite.
-    async fn store_now(&self) -> Result<Timestamp, StoreError>;
-
-    /// Where an active schedule stands in the planner's queue: the next instant it will plan.
-    /// (A scan of one shard's queue; [`ScheduleRecord::next_run_at`] is only a snapshot.)
-    async fn schedule_position(
-        &self,
-        tenant: TenantId,
-        id: campanile_core::ScheduleId,
-    ) -> Result<Option<Timestamp>, StoreError>;
-
-    /// A schedule with its current version, if it belongs to the tenant.
-    async fn schedule_get(&self, p: ScheduleGet) -> Result<Option<ScheduleRecord>, StoreError>;
-
-    /// Replaces the definition (optimistically, against `expected_version`), bumping the
-    /// version. Unclaimed occurrences of older versions become `CANCELED`; claimed ones are
-    /// left as they are, flagged for cancel, and reported.
-    async fn schedule_update(&self, p: ScheduleUpdate) -> Result<ScheduleChange, StoreError>;
-
-    /// Pause (version bump, unclaimed occurrences canceled and replanned on resume), resume,
-    /// or cancel (version bump, unclaimed occurrences canceled, never planned again).
-    async fn schedule_transition(
-        &self,
-        p: ScheduleTransition,
-    ) -> Result<ScheduleChange, StoreError>;
-
-    /// Active schedules of a shard with `next_run_at <= before`, earliest first.
-    async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError>;
-
-    /// The deployment's planner shard count: records `shards` if none is recorded yet (the
-    /// first node to start decides) and returns the recorded count, which every node must use.
-    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError>;
-
     /// How much work is waiting at `now` (`None`: the store's clock), across all tenants.
     async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError>;
+
+    // ── Leases ──
+
+    /// Extends the leases the worker still holds, in one statement; says for each whether
+    /// it was renewed and whether a cancel was requested.
+    async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError>;
+
+    /// The recovery sweep: occurrences whose lease expired go back to `READY`, or to `DEAD`
+    /// when their attempts are used up; at most `limit` per call.
+    async fn lease_sweep(&self, p: LeaseSweep) -> Result<SweepReport, StoreError>;
+
+    // ── The relay ──
 
     /// The relay's claim, across tenants, from the transactional outbox: up to `max` due
     /// externally targeted occurrences (`READY`/`RETRY_WAIT` due, or `RUNNING` with an expired
@@ -159,102 +266,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// [`Store::occurrence_finish_many`], fenced like any worker's.
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError>;
 
-    /// The earliest `next_run_at` among the active schedules of these shards.
-    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError>;
+    // ── The store itself ──
 
-    /// Commits a planning batch in one transaction, fenced by the shard lease: for each item,
-    /// advances `next_run_at` only if the schedule is still at `version` and
-    /// `expected_next_run_at` (so racing planners never move it backwards), and inserts its
-    /// occurrences (duplicates ignored by the unique key).
-    async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError>;
-
-    /// Renews the node's liveness mark and shard leases and takes free or expired shards up
-    /// to a fair share; returns the leases the node now holds.
-    ///
-    /// First, in the same transaction (serialized with the other nodes' acquisitions), the
-    /// outage check: if no node's mark was valid (the whole control plane was down: stopped,
-    /// crashed, or cut off from the database), it applies the misfire policy to what the outage
-    /// left behind that the planner will not see again: occurrences planned before it (up to
-    /// the planning horizon ahead), never claimed, that became claimable during it. `p.judge`
-    /// decides, per schedule version, which become `MISSED`; the rest run. Of nodes coming
-    /// back together exactly one sees the outage; the others see it handled. A node calls
-    /// this before it serves claims, with the `now` of its first planning pass.
-    async fn shard_acquire(&self, p: ShardAcquire) -> Result<ShardAcquired, StoreError>;
-
-    /// Gives up every shard the node holds (graceful shutdown).
-    async fn shard_release(&self, p: ShardRelease) -> Result<u64, StoreError>;
+    /// The store's clock: the database's on PostgreSQL, the process's on SQLite.
+    async fn store_now(&self) -> Result<Timestamp, StoreError>;
 
     /// Answers when the database answers (readiness).
     async fn store_ping(&self) -> Result<(), StoreError>;
-
-    /// All tenants, by name.
-    async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError>;
-
-    /// A tenant by name.
-    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError>;
-
-    /// Stores a (hashed) API key.
-    async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError>;
-
-    /// The unrevoked key with this hash.
-    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError>;
-
-    /// Revokes the keys with this prefix; returns how many.
-    async fn api_key_revoke(&self, prefix: &str, now: Option<Timestamp>)
-    -> Result<u64, StoreError>;
-
-    /// A tenant's schedules, creation order, with their current version.
-    async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError>;
-
-    /// A stored answer for `(tenant, key)`.
-    async fn idempotency_get(
-        &self,
-        tenant: TenantId,
-        key: &str,
-    ) -> Result<Option<IdempotentResponse>, StoreError>;
-
-    /// Stores an answer or a reservation (status 0); false if the key is held (the caller
-    /// then answers from [`Store::idempotency_get`]). A reservation of the same request that
-    /// is older than `take_over_after` and has neither an answer nor a schedule is taken over
-    /// (true): the request that made it died, or its create will be refused
-    /// ([`ScheduleCreate::idempotency`]).
-    async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError>;
-
-    /// Records the final answer for a reserved key (`Some`; only once), or releases the
-    /// reservation `token` holds (`None`) when its request failed before creating anything,
-    /// so that it can be retried. A reservation whose schedule was created is never released.
-    async fn idempotency_finish(
-        &self,
-        tenant: TenantId,
-        key: &str,
-        token: &str,
-        answer: Option<(u16, String)>,
-    ) -> Result<(), StoreError>;
-
-    /// A tenant's quotas.
-    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError>;
-
-    /// Sets a tenant's quotas.
-    async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
-
-    /// Sets a tenant's class (the label of its lag metrics). `Invalid` for a malformed class
-    /// ([`classes::validate`]) or one that would make more than [`classes::MAX_CLASSES`]
-    /// distinct classes; `NotFound` for an unknown tenant.
-    async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError>;
-
-    /// Sets (or with `None` removes) a per-queue concurrency limit.
-    async fn queue_limit_set(
-        &self,
-        tenant: TenantId,
-        queue: &str,
-        max_running: Option<i64>,
-    ) -> Result<(), StoreError>;
-
-    /// Summaries of long misfire gaps of a schedule.
-    async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError>;
-
-    /// Every version of a schedule, oldest first: each definition and when it took effect
-    /// (empty when the tenant has no such schedule). What `campanile reconcile` recomputes
-    /// the expected occurrences from.
-    async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError>;
 }

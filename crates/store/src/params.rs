@@ -606,3 +606,13 @@ pub struct RelayClaim {
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
+
+/// A lease length a request names, checked the same way by every backend: positive.
+pub fn check_lease(lease: Option<SignedDuration>) -> Result<(), crate::StoreError> {
+    match lease {
+        Some(l) if l <= SignedDuration::ZERO => {
+            Err(crate::StoreError::Invalid("lease must be positive".into()))
+        }
+        _ => Ok(()),
+    }
+}
