@@ -189,37 +189,6 @@ pub(crate) fn latest_version(database: &str) -> i64 {
     migrations.last().map_or(0, |m| m.0)
 }
 
-/// Size of a SQLite database in bytes (main file plus WAL), if it can be read.
-pub(crate) fn sqlite_size(path: &std::path::Path) -> Option<u64> {
-    let main = std::fs::metadata(path).ok()?.len();
-    let wal = std::fs::metadata(path.with_extension("db-wal"))
-        .map(|m| m.len())
-        .unwrap_or(0);
-    Some(main + wal)
-}
-
-/// A one-connection store on a benchmark's temporary PostgreSQL schema.
-pub(crate) async fn bench_schema(url: &str, schema: &str) -> Result<PgStore, CliError> {
-    PgStore::connect_with(
-        url,
-        PgOptions {
-            schema: Some(schema.to_string()),
-            pool_size: 1,
-        },
-    )
-    .await
-    .map_err(|e| CliError::runtime(e.to_string()))
-}
-
-/// Drops a benchmark's temporary PostgreSQL schema.
-pub(crate) async fn drop_pg_schema(url: &str, schema: &str) -> Result<(), CliError> {
-    bench_schema(url, schema)
-        .await?
-        .drop_schema()
-        .await
-        .map_err(|e| CliError::runtime(e.to_string()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::redact;

@@ -53,3 +53,12 @@ pub(crate) fn block_on<T>(
         .map_err(|e| CliError::runtime(format!("cannot start the runtime: {e}")))?
         .block_on(body)
 }
+
+impl From<campanile_bench::BenchError> for CliError {
+    fn from(e: campanile_bench::BenchError) -> CliError {
+        match e {
+            campanile_bench::BenchError::Usage(m) => CliError::usage(m),
+            campanile_bench::BenchError::Runtime(m) => CliError::runtime(m),
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! The `campanile` binary: one entry point for the service, its tools and its benchmarks.
 
 mod admin;
-mod bench;
 mod db;
 mod error;
 mod preview;
@@ -46,7 +45,7 @@ enum Command {
     },
     /// Benchmarks; each prints one JSON object of figures as its last line with --json.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(campanile_bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -58,7 +57,7 @@ fn main() -> ExitCode {
         Command::Key(cmd) => admin::key(cmd),
         Command::Reconcile(args) => reconcile::run(args),
         Command::Migrate { database } => migrate(&database),
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(cmd) => campanile_bench::run(cmd).map_err(CliError::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,8 +20,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::Common;
-use crate::error::CliError;
+use crate::common::Common;
+use crate::error::BenchError;
 
 /// A relay that publishes nothing for this long ends the run with an error (another relay
 /// may still be finishing the last batches; a batch's acknowledgements wait at most 10 s).
@@ -29,7 +29,7 @@ const STALL: Duration = Duration::from_secs(30);
 
 /// Arguments of `campanile bench relay`.
 #[derive(Debug, Args)]
-pub(crate) struct RelayArgs {
+pub struct RelayArgs {
     #[command(flatten)]
     common: Common,
     /// NATS server with JetStream (e.g. nats://127.0.0.1:4222).
@@ -46,19 +46,19 @@ pub(crate) struct RelayArgs {
     batch: u32,
 }
 
-pub(crate) fn run(args: RelayArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: RelayArgs) -> Result<(), BenchError> {
     if args.occurrences == 0 || args.relays == 0 || args.batch == 0 || args.batch > 10_000 {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--occurrences and --relays must be positive, --batch 1..=10000",
         ));
     }
     crate::error::block_on(run_async(args))
 }
 
-async fn run_async(args: RelayArgs) -> Result<(), CliError> {
+async fn run_async(args: RelayArgs) -> Result<(), BenchError> {
     let client = campanile_relay::connect(&args.nats_url)
         .await
-        .map_err(|e| CliError::nats(&e))?;
+        .map_err(|e| BenchError::nats(&e))?;
     let bench_db = args.common.open("bench.db").await?;
     let js = jetstream::new(client.clone());
     let id = uuid::Uuid::now_v7().simple().to_string();
@@ -74,7 +74,7 @@ async fn run_async(args: RelayArgs) -> Result<(), CliError> {
         .await;
     if let Err(e) = created {
         let _ = bench_db.finish().await;
-        return Err(CliError::runtime(format!(
+        return Err(BenchError::runtime(format!(
             "cannot create the bench stream: {e}"
         )));
     }
@@ -106,14 +106,14 @@ async fn run_async(args: RelayArgs) -> Result<(), CliError> {
 
 async fn measure(
     args: &RelayArgs,
-    bench_db: &super::BenchDb,
+    bench_db: &crate::common::BenchDb,
     client: &async_nats::Client,
     js: &jetstream::Context,
     stream: &str,
     subject: &str,
-) -> Result<serde_json::Value, CliError> {
+) -> Result<serde_json::Value, BenchError> {
     let store = bench_db.store.clone();
-    let err = |e: campanile_store::StoreError| CliError::runtime(format!("store error: {e}"));
+    let err = |e: campanile_store::StoreError| BenchError::runtime(format!("store error: {e}"));
     let tenant = store
         .tenant_create(TenantCreate {
             name: format!("bench-relay-{}", uuid::Uuid::now_v7().simple()),
@@ -126,7 +126,7 @@ async fn measure(
         subject: subject.to_string(),
     }
     .queue();
-    super::seed_due(store.as_ref(), tenant, &route, args.occurrences).await?;
+    crate::common::seed_due(store.as_ref(), tenant, &route, args.occurrences).await?;
 
     let total = u64::from(args.occurrences);
     let bar = ProgressBar::new(total);
@@ -191,8 +191,8 @@ async fn measure(
     }
     for t in tasks {
         t.await
-            .map_err(|e| CliError::runtime(format!("relay task failed: {e}")))?
-            .map_err(|e| CliError::runtime(format!("relay: {e}")))?;
+            .map_err(|e| BenchError::runtime(format!("relay task failed: {e}")))?
+            .map_err(|e| BenchError::runtime(format!("relay: {e}")))?;
     }
     let secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
@@ -200,14 +200,14 @@ async fn measure(
     let in_stream = js
         .get_stream(stream)
         .await
-        .map_err(|e| CliError::runtime(format!("cannot read the bench stream: {e}")))?
+        .map_err(|e| BenchError::runtime(format!("cannot read the bench stream: {e}")))?
         .info()
         .await
-        .map_err(|e| CliError::runtime(format!("cannot read the bench stream: {e}")))?
+        .map_err(|e| BenchError::runtime(format!("cannot read the bench stream: {e}")))?
         .state
         .messages;
     if relayed != total || in_stream != total {
-        return Err(CliError::runtime(format!(
+        return Err(BenchError::runtime(format!(
             "{relayed} of {total} occurrences relayed, {in_stream} messages in the stream"
         )));
     }

@@ -16,12 +16,12 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::Common;
-use crate::error::CliError;
+use crate::common::Common;
+use crate::error::BenchError;
 
 /// Arguments of `campanile bench throughput`.
 #[derive(Debug, Args)]
-pub(crate) struct ThroughputArgs {
+pub struct ThroughputArgs {
     #[command(flatten)]
     common: Common,
     /// Occurrences per batch size.
@@ -38,28 +38,28 @@ pub(crate) struct ThroughputArgs {
     separate_claims: bool,
 }
 
-pub(crate) fn run(args: ThroughputArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: ThroughputArgs) -> Result<(), BenchError> {
     if args.occurrences == 0 || args.workers == 0 || args.batch.iter().any(|b| *b == 0 || *b > 1000)
     {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--occurrences and --workers must be positive; --batch values between 1 and 1000",
         ));
     }
     crate::error::block_on(run_async(args))
 }
 
-async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
-    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
+    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
     let bench_db = args.common.open("bench.db").await?;
     let store = bench_db.store.clone();
     let cfg = ServerConfig::default();
     let app = router(AppState::new(Arc::clone(&store), &cfg, None), &cfg);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let url = format!("http://{addr}");
 
@@ -76,7 +76,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         let key = issue_key(store.as_ref(), Some(tenant), false)
             .await
             .map_err(err)?;
-        super::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
+        crate::common::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
         let bar = ProgressBar::new(u64::from(args.occurrences));
         bar.set_style(
             ProgressStyle::with_template("HTTP batch {msg:>5} [{bar:40}] {pos}/{len} {per_sec}")
@@ -87,7 +87,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         let started = Instant::now();
         let mut tasks = Vec::new();
         for w in 0..args.workers {
-            let client = Client::new(&url, &key).map_err(|e| CliError::runtime(e.to_string()))?;
+            let client = Client::new(&url, &key).map_err(|e| BenchError::runtime(e.to_string()))?;
             let (done, bar) = (done.clone(), bar.clone());
             let separate = args.separate_claims;
             tasks.push(tokio::spawn(async move {
@@ -120,14 +120,14 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
         }
         for t in tasks {
             t.await
-                .map_err(|e| CliError::runtime(format!("worker task failed: {e}")))?
-                .map_err(|e| CliError::runtime(format!("HTTP worker failed: {e}")))?;
+                .map_err(|e| BenchError::runtime(format!("worker task failed: {e}")))?
+                .map_err(|e| BenchError::runtime(format!("HTTP worker failed: {e}")))?;
         }
         let secs = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
         let completed = done.load(Ordering::Relaxed);
         if completed != u64::from(args.occurrences) {
-            return Err(CliError::runtime(format!(
+            return Err(BenchError::runtime(format!(
                 "only {completed} of {} occurrences were completed",
                 args.occurrences
             )));
@@ -147,7 +147,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), CliError> {
             "each batch's outcomes and the next claim in one request"
         }
     );
-    super::print_rates(&results);
+    crate::common::print_rates(&results);
     if args.common.json {
         println!(
             "{}",

@@ -20,12 +20,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::Common;
-use crate::error::CliError;
+use crate::common::Common;
+use crate::error::BenchError;
 
 /// Arguments of `campanile bench peak`.
 #[derive(Debug, Args)]
-pub(crate) struct PeakArgs {
+pub struct PeakArgs {
     #[command(flatten)]
     common: Common,
     /// Schedules, all due at the same instant.
@@ -95,21 +95,21 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-pub(crate) fn run(args: PeakArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: PeakArgs) -> Result<(), BenchError> {
     if args.schedules == 0
         || args.workers == 0
         || !(1..=1000).contains(&args.batch)
         || args.due_in.is_some_and(|d| d < 1)
     {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--schedules and --workers must be positive, --batch 1..=1000, --due-in at least 1",
         ));
     }
     crate::error::block_on(run_async(args))
 }
 
-async fn run_async(args: PeakArgs) -> Result<(), CliError> {
-    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
+    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
     let bench_db = args.common.open("peak.db").await?;
     let store = bench_db.store.clone();
     let tenant = store
@@ -128,16 +128,16 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     let now = Timestamp::now();
     let due = match args.due_in {
         Some(s) => Timestamp::from_second(now.as_second() + s)
-            .map_err(|e| CliError::runtime(e.to_string()))?,
+            .map_err(|e| BenchError::runtime(e.to_string()))?,
         None => {
             let mut top = (now.as_second() / 60 + 1) * 60;
             if top - now.as_second() < 15 {
                 top += 60;
             }
-            Timestamp::from_second(top).map_err(|e| CliError::runtime(e.to_string()))?
+            Timestamp::from_second(top).map_err(|e| BenchError::runtime(e.to_string()))?
         }
     };
-    let spec = super::bench_spec(
+    let spec = crate::common::bench_spec(
         Timing::Cron {
             // Daily at the due instant, as top-of-the-hour jobs are: the peak is that one
             // instant, and the next fire is far outside the planning horizon.
@@ -195,7 +195,7 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     campanile_server::install_metrics();
     let engine = Engine::start_after_first_pass(Arc::clone(&store), pcfg, SweepConfig::default())
         .await
-        .map_err(|e| CliError::runtime(format!("first planning pass: {e}")))?;
+        .map_err(|e| BenchError::runtime(format!("first planning pass: {e}")))?;
     let cfg = ServerConfig {
         shards,
         ..ServerConfig::default()
@@ -206,10 +206,10 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let url = format!("http://{addr}");
 
@@ -248,7 +248,7 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..args.workers {
-        let client = Client::new(&url, &key).map_err(|e| CliError::runtime(e.to_string()))?;
+        let client = Client::new(&url, &key).map_err(|e| BenchError::runtime(e.to_string()))?;
         let claim_lags = claim_lags.clone();
         let (lags, bar, total, batch) = (
             lags.clone(),
@@ -335,8 +335,8 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
     }
     for t in tasks {
         t.await
-            .map_err(|e| CliError::runtime(format!("worker task failed: {e}")))?
-            .map_err(|e| CliError::runtime(format!("HTTP worker failed: {e}")))?;
+            .map_err(|e| BenchError::runtime(format!("worker task failed: {e}")))?
+            .map_err(|e| BenchError::runtime(format!("HTTP worker failed: {e}")))?;
     }
     let drained_at = Timestamp::now();
     bar.finish_and_clear();
@@ -414,8 +414,8 @@ async fn run_async(args: PeakArgs) -> Result<(), CliError> {
             "campanile bench peak: {} schedules, {:?}, {} workers, batch {}",
             args.schedules, args.common.backend, args.workers, args.batch
         );
-        std::fs::write(path, super::plot::lag_svg(&title, &lags))
-            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+        std::fs::write(path, crate::plot::lag_svg(&title, &lags))
+            .map_err(|e| BenchError::runtime(format!("cannot write {}: {e}", path.display())))?;
         println!("plot: {}", path.display());
     }
     if args.common.json {

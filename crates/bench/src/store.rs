@@ -14,12 +14,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jiff::SignedDuration;
 use serde_json::json;
 
-use super::Common;
-use crate::error::CliError;
+use crate::common::Common;
+use crate::error::BenchError;
 
 /// Arguments of `campanile bench store`.
 #[derive(Debug, Args)]
-pub(crate) struct StoreArgs {
+pub struct StoreArgs {
     #[command(flatten)]
     common: Common,
     /// Occurrences per batch size.
@@ -33,16 +33,16 @@ pub(crate) struct StoreArgs {
     workers: u32,
 }
 
-pub(crate) fn run(args: StoreArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: StoreArgs) -> Result<(), BenchError> {
     if args.occurrences == 0 || args.workers == 0 || args.batch.contains(&0) {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--occurrences, --workers and every --batch must be positive",
         ));
     }
     crate::error::block_on(run_async(args))
 }
 
-async fn run_async(args: StoreArgs) -> Result<(), CliError> {
+async fn run_async(args: StoreArgs) -> Result<(), BenchError> {
     let bench_db = args.common.open("bench.db").await?;
     let store = bench_db.store.clone();
     let mut results = Vec::new();
@@ -56,7 +56,7 @@ async fn run_async(args: StoreArgs) -> Result<(), CliError> {
         "campanile bench store — {:?}, {} occurrences per batch size, {} workers",
         args.common.backend, args.occurrences, args.workers
     );
-    super::print_rates(&results);
+    crate::common::print_rates(&results);
     if args.common.json {
         let out = json!({
             "bench": "store",
@@ -75,8 +75,8 @@ async fn measure(
     round: usize,
     batch: u32,
     args: &StoreArgs,
-) -> Result<serde_json::Value, CliError> {
-    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+) -> Result<serde_json::Value, BenchError> {
+    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
     let tenant = store
         .tenant_create(TenantCreate {
             name: format!("bench-{round}-{}", uuid::Uuid::now_v7().simple()),
@@ -85,7 +85,7 @@ async fn measure(
         .await
         .map_err(err)?
         .id;
-    super::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
+    crate::common::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
 
     let bar = ProgressBar::new(u64::from(args.occurrences));
     bar.set_style(
@@ -142,14 +142,14 @@ async fn measure(
     }
     for t in tasks {
         t.await
-            .map_err(|e| CliError::runtime(format!("worker task failed: {e}")))?
+            .map_err(|e| BenchError::runtime(format!("worker task failed: {e}")))?
             .map_err(err)?;
     }
     let secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let completed = done.load(Ordering::Relaxed);
     if completed != u64::from(args.occurrences) {
-        return Err(CliError::runtime(format!(
+        return Err(BenchError::runtime(format!(
             "only {completed} of {} occurrences were completed",
             args.occurrences
         )));

@@ -20,13 +20,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use super::{Backend, Common};
+use crate::common::{Backend, Common};
 use crate::db;
-use crate::error::CliError;
+use crate::error::BenchError;
 
 /// Arguments of `campanile bench plan`.
 #[derive(Debug, Args)]
-pub(crate) struct PlanArgs {
+pub struct PlanArgs {
     #[command(flatten)]
     common: Common,
     /// Stored schedules, one run per value (comma-separated).
@@ -43,13 +43,13 @@ pub(crate) struct PlanArgs {
     batch: u32,
 }
 
-pub(crate) fn run(args: PlanArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
     if args.schedules.iter().any(|n| *n < args.due)
         || args.due == 0
         || args.shards == 0
         || args.batch == 0
     {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--due must be positive and at most every --schedules value; --shards and --batch must be positive",
         ));
     }
@@ -114,8 +114,8 @@ pub(crate) async fn seed_and_pass(
     due: u32,
     shards: u32,
     batch: u32,
-) -> Result<(super::BenchDb, serde_json::Value), CliError> {
-    let err = |e: StoreError| CliError::runtime(format!("store error: {e}"));
+) -> Result<(crate::common::BenchDb, serde_json::Value), BenchError> {
+    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
     let bench_db = common.open("bench-plan.db").await?;
     let store = bench_db.store.clone();
     let tenant = store
@@ -129,14 +129,14 @@ pub(crate) async fn seed_and_pass(
     // A fixed top of the hour; the pass runs a minute before it.
     let at: Timestamp = "2030-01-01T00:00:00Z"
         .parse()
-        .map_err(|e| CliError::runtime(format!("{e}")))?;
+        .map_err(|e| BenchError::runtime(format!("{e}")))?;
     let now = at
         .checked_sub(SignedDuration::from_secs(60))
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let later = at
         .checked_add(SignedDuration::from_hours(24 * 365))
-        .map_err(|e| CliError::runtime(e.to_string()))?;
-    let spec = super::bench_spec(
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
+    let spec = crate::common::bench_spec(
         Timing::Cron {
             expr: "0 * * * *".into(),
             timezone: "UTC".into(),
@@ -216,10 +216,10 @@ pub(crate) async fn seed_and_pass(
         let report = planner
             .tick(Some(at))
             .await
-            .map_err(|e| CliError::runtime(e.to_string()))?;
+            .map_err(|e| BenchError::runtime(e.to_string()))?;
         let seconds = started.elapsed().as_secs_f64();
         if report.inserted != u64::from(due) {
-            return Err(CliError::runtime(format!(
+            return Err(BenchError::runtime(format!(
                 "{which} materialized {} occurrences, expected {due}",
                 report.inserted
             )));
@@ -232,7 +232,7 @@ pub(crate) async fn seed_and_pass(
     // (the seed scattered them among all the others, as a bulk load does).
     let next_now = now
         .checked_add(SignedDuration::from_hours(1))
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let (_, next_pass) = timed_pass(next_now, "the next hour's pass").await?;
     // Then the whole control plane is down for longer than the mark lasts: the node coming
     // back judges the occurrences the last pass planned, which came due meanwhile and are
@@ -240,7 +240,7 @@ pub(crate) async fn seed_and_pass(
     // outage check alone is timed.
     let back = next_now
         .checked_add(SignedDuration::from_mins(130))
-        .map_err(|e| CliError::runtime(e.to_string()))?;
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
     let started = Instant::now();
     let resumed = store
         .shard_acquire(ShardAcquire {
@@ -267,7 +267,7 @@ pub(crate) async fn seed_and_pass(
             .map_err(err)?;
     }
     if resumed.missed != u64::from(due) {
-        return Err(CliError::runtime(format!(
+        return Err(BenchError::runtime(format!(
             "the node coming back recorded {} occurrences MISSED, expected {due}",
             resumed.missed
         )));

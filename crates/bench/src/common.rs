@@ -1,39 +1,13 @@
-//! `campanile bench …`: benchmarks with a progress bar, a human summary, and with `--json`
-//! one JSON object of figures as the last line of stdout.
+//! What every benchmark shares: the backend and its temporary database, the schedule the\n//! benchmarks plan, due occurrences seeded fast, and the summary printed.
 
-mod peak;
-mod plan;
-mod plot;
-mod relay;
-mod scale;
-mod store;
-mod throughput;
+use clap::{Args, ValueEnum};
 
-use clap::{Args, Subcommand, ValueEnum};
-
-use crate::error::CliError;
-
-/// `campanile bench` subcommands.
-#[derive(Debug, Subcommand)]
-pub(crate) enum BenchCommand {
-    /// Claim + complete throughput of the store itself, at several batch sizes.
-    Store(store::StoreArgs),
-    /// Occurrences materialized per second, and a planning pass at N vs M stored schedules.
-    Plan(plan::PlanArgs),
-    /// Claim + complete end to end through the HTTP API, at several batch sizes.
-    Throughput(throughput::ThroughputArgs),
-    /// The top of the minute: N schedules due at once, the real planner, HTTP workers.
-    Peak(peak::PeakArgs),
-    /// Database bytes per stored schedule, a planner pass and `serve`'s memory at N schedules.
-    Scale(scale::ScaleArgs),
-    /// Due occurrences with a NATS target delivered by the relay into JetStream.
-    Relay(relay::RelayArgs),
-}
+use crate::error::BenchError;
 
 /// The backend a benchmark runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Backend {
+pub enum Backend {
     /// Embedded SQLite on a temporary file.
     Sqlite,
     /// PostgreSQL at `--database`, in a temporary schema.
@@ -42,7 +16,7 @@ pub(crate) enum Backend {
 
 /// Options every benchmark shares.
 #[derive(Debug, Args)]
-pub(crate) struct Common {
+pub struct Common {
     /// Which backend.
     #[arg(long, value_enum, default_value = "sqlite")]
     pub(crate) backend: Backend,
@@ -52,17 +26,6 @@ pub(crate) struct Common {
     /// Print the figures as one JSON object on the last line of stdout.
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-pub(crate) fn run(cmd: BenchCommand) -> Result<(), CliError> {
-    match cmd {
-        BenchCommand::Store(args) => store::run(args),
-        BenchCommand::Plan(args) => plan::run(args),
-        BenchCommand::Throughput(args) => throughput::run(args),
-        BenchCommand::Peak(args) => peak::run(args),
-        BenchCommand::Scale(args) => scale::run(args),
-        BenchCommand::Relay(args) => relay::run(args),
-    }
 }
 
 /// A benchmark's database: a temporary SQLite file, or a temporary schema on the PostgreSQL
@@ -78,9 +41,10 @@ pub(crate) struct BenchDb {
 
 impl Common {
     /// Opens a fresh database for one benchmark run.
-    pub(crate) async fn open(&self, file: &str) -> Result<BenchDb, CliError> {
-        let tmp = tempfile::tempdir()
-            .map_err(|e| CliError::runtime(format!("cannot create a temporary directory: {e}")))?;
+    pub(crate) async fn open(&self, file: &str) -> Result<BenchDb, BenchError> {
+        let tmp = tempfile::tempdir().map_err(|e| {
+            BenchError::runtime(format!("cannot create a temporary directory: {e}"))
+        })?;
         let (database, schema, sqlite_path) = match self.backend {
             Backend::Sqlite => {
                 let path = tmp.path().join(file);
@@ -88,10 +52,10 @@ impl Common {
             }
             Backend::Postgres => {
                 let url = self.database.clone().ok_or_else(|| {
-                    CliError::usage("--backend postgres needs --database postgres://…")
+                    BenchError::usage("--backend postgres needs --database postgres://…")
                 })?;
                 if !crate::db::is_postgres(&url) {
-                    return Err(CliError::usage(
+                    return Err(BenchError::usage(
                         "--database must be a postgres:// URL with --backend postgres",
                     ));
                 }
@@ -115,7 +79,7 @@ impl Common {
 
 impl BenchDb {
     /// Drops the temporary PostgreSQL schema (the SQLite file goes with its directory).
-    pub(crate) async fn finish(self) -> Result<(), CliError> {
+    pub(crate) async fn finish(self) -> Result<(), BenchError> {
         if let Some(schema) = &self.schema {
             crate::db::drop_pg_schema(&self.database, schema).await?;
         }
@@ -151,10 +115,10 @@ pub(crate) async fn seed_due(
     tenant: campanile_store::TenantId,
     queue: &str,
     n: u32,
-) -> Result<(), CliError> {
+) -> Result<(), BenchError> {
     use campanile_store::{NewOccurrence, OccurrenceInsertMany, ScheduleCreate, Timing};
     use jiff::{SignedDuration, Timestamp};
-    let err = |e: campanile_store::StoreError| CliError::runtime(format!("store error: {e}"));
+    let err = |e: campanile_store::StoreError| BenchError::runtime(format!("store error: {e}"));
     let t0 = Timestamp::now();
     let schedule = campanile_core::ScheduleId(uuid::Uuid::now_v7());
     let spec = bench_spec(Timing::At(t0), queue);

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 
-use super::Common;
-use crate::error::CliError;
+use crate::common::Common;
+use crate::error::BenchError;
 
 /// Arguments of `campanile bench scale`.
 #[derive(Debug, Args)]
-pub(crate) struct ScaleArgs {
+pub struct ScaleArgs {
     #[command(flatten)]
     common: Common,
     /// Stored schedules, one run per value (comma-separated).
@@ -40,9 +40,9 @@ impl Drop for Serve {
     }
 }
 
-pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: ScaleArgs) -> Result<(), BenchError> {
     if args.due == 0 || args.schedules.iter().any(|n| *n < args.due) {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--due must be positive and at most every --schedules value",
         ));
     }
@@ -50,7 +50,7 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
         let mut runs = Vec::new();
         for &n in &args.schedules {
             let (bench_db, mut run) =
-                super::plan::seed_and_pass(&args.common, n, args.due, 16, 5_000).await?;
+                crate::plan::seed_and_pass(&args.common, n, args.due, 16, 5_000).await?;
             let database = match &bench_db.schema {
                 // The schema rides in the URL's connection options.
                 Some(schema) => {
@@ -65,9 +65,9 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
             };
             let memory = tokio::task::spawn_blocking(move || serve_memory(&database, args.settle))
                 .await
-                .map_err(|e| CliError::runtime(format!("measuring serve failed: {e}")))??;
+                .map_err(|e| BenchError::runtime(format!("measuring serve failed: {e}")))??;
             if memory.shards_held.is_some_and(|n| n < 1.0) {
-                return Err(CliError::runtime(
+                return Err(BenchError::runtime(
                     "the measured serve holds no planner shard: it plans nothing, and its memory \
                      would not reflect the stored schedules",
                 ));
@@ -142,12 +142,12 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), CliError> {
 /// Starts `campanile serve` on `database`, waits until it answers `/readyz`, lets it run for
 /// `settle` seconds, and reads its resident memory (current and peak) from /proc and how
 /// many shards it holds.
-fn serve_memory(database: &str, settle: u64) -> Result<ServeReading, CliError> {
+fn serve_memory(database: &str, settle: u64) -> Result<ServeReading, BenchError> {
     let exe = std::env::current_exe()
-        .map_err(|e| CliError::runtime(format!("cannot find this executable: {e}")))?;
+        .map_err(|e| BenchError::runtime(format!("cannot find this executable: {e}")))?;
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| CliError::runtime(format!("no free port: {e}")))?
+        .map_err(|e| BenchError::runtime(format!("no free port: {e}")))?
         .port();
     let child = Command::new(exe)
         .args(["serve", "--database", database, "--listen"])
@@ -156,15 +156,15 @@ fn serve_memory(database: &str, settle: u64) -> Result<ServeReading, CliError> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| CliError::runtime(format!("cannot start serve: {e}")))?;
+        .map_err(|e| BenchError::runtime(format!("cannot start serve: {e}")))?;
     let mut serve = Serve(child);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !ready(port) {
         if let Ok(Some(status)) = serve.0.try_wait() {
-            return Err(CliError::runtime(format!("serve exited early: {status}")));
+            return Err(BenchError::runtime(format!("serve exited early: {status}")));
         }
         if Instant::now() > deadline {
-            return Err(CliError::runtime("serve was not ready within 120 s"));
+            return Err(BenchError::runtime("serve was not ready within 120 s"));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
