@@ -18,8 +18,14 @@ pub(crate) async fn open(
     database: &str,
     schema: Option<String>,
 ) -> Result<Arc<dyn Store>, BenchError> {
+    // A malformed URL is the user's input (exit 2); a database that does not answer or fails
+    // is the environment (1).
     let err = |e: campanile_store::StoreError| {
-        BenchError::runtime(format!("cannot open the benchmark's database: {e}"))
+        let message = format!("cannot open the benchmark's database: {e}");
+        match e {
+            campanile_store::StoreError::Invalid(_) => BenchError::usage(message),
+            _ => BenchError::runtime(message),
+        }
     };
     if is_postgres(database) {
         let options = PgOptions {

@@ -221,7 +221,12 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         let all: Vec<i32> = (0..shards as i32).collect();
         tokio::spawn(async move {
             loop {
-                if let Ok(next) = store.schedule_next_due(&all).await {
+                if let Ok(next) = store
+                    .schedule_next_due(ScheduleNextDue {
+                        shards: all.to_vec(),
+                    })
+                    .await
+                {
                     if next.is_none_or(|n| n > due) {
                         *planned_at.lock().unwrap_or_else(|e| e.into_inner()) =
                             Some(Timestamp::now());

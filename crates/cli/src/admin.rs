@@ -1,7 +1,7 @@
 //! `campanile tenant …` and `campanile key …`: tenants and API keys.
 
 use campanile_server::issue_key;
-use campanile_store::TenantCreate;
+use campanile_store::{ApiKeyRevoke, QueueLimitSet, TenantByName, TenantCreate};
 use clap::Subcommand;
 
 use crate::db;
@@ -139,7 +139,9 @@ async fn tenant_named(
     name: &str,
 ) -> Result<campanile_store::Tenant, CliError> {
     store
-        .tenant_by_name(name)
+        .tenant_by_name(TenantByName {
+            name: name.to_string(),
+        })
         .await
         .map_err(store_err)?
         .ok_or_else(|| CliError::usage(format!("no tenant named '{name}'")))
@@ -216,7 +218,11 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
                 let store = db::open(&database, None).await?;
                 let tenant = tenant_named(store.as_ref(), &name).await?;
                 store
-                    .queue_limit_set(tenant.id, &queue, max_running)
+                    .queue_limit_set(QueueLimitSet {
+                        tenant: tenant.id,
+                        queue: queue.clone(),
+                        max_running,
+                    })
                     .await
                     .map_err(store_err)?;
             }
@@ -276,7 +282,10 @@ pub(crate) fn key(cmd: KeyCommand) -> Result<(), CliError> {
                 }
                 let store = db::open(&database, None).await?;
                 let n = store
-                    .api_key_revoke(&prefix, None)
+                    .api_key_revoke(ApiKeyRevoke {
+                        prefix: prefix.clone(),
+                        now: None,
+                    })
                     .await
                     .map_err(store_err)?;
                 if n == 0 {

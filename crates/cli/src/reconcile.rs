@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use campanile_core::ScheduleId;
 use campanile_planner::reconcile::{Class, Finding, Range, Reconciliation, reconcile};
-use campanile_store::{ScheduleList, Store, TenantId};
+use campanile_store::{ScheduleList, Store, TenantByName, TenantId};
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
@@ -65,7 +65,9 @@ pub(crate) fn run(args: ReconcileArgs) -> Result<(), CliError> {
         let store = db::open(&args.database, None).await?;
         let store_err = |e: campanile_store::StoreError| CliError::runtime(format!("{e}"));
         let tenant = store
-            .tenant_by_name(&args.tenant)
+            .tenant_by_name(TenantByName {
+                name: args.tenant.clone(),
+            })
             .await
             .map_err(store_err)?
             .ok_or_else(|| CliError::usage(format!("no tenant named '{}'", args.tenant)))?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use campanile_planner::{Engine, PlannerConfig, SweepConfig};
 use campanile_server::{AppState, ServerConfig, issue_key, router};
-use campanile_store::{ShardRelease, Store, TenantCreate};
+use campanile_store::{DeploymentShards, ShardRelease, Store, TenantCreate};
 use clap::Args;
 
 use crate::db;
@@ -256,7 +256,9 @@ async fn serve(args: Settings) -> Result<(), CliError> {
     use std::io::Write;
     let store = db::open(&args.database, None).await?;
     let recorded = store
-        .deployment_shards(args.shards)
+        .deployment_shards(DeploymentShards {
+            shards: args.shards,
+        })
         .await
         .map_err(|e| CliError::runtime(format!("cannot read the deployment settings: {e}")))?;
     if recorded != args.shards {

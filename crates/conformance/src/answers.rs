@@ -132,7 +132,13 @@ pub fn a_claim_answer_keeps_to_its_size_bound(rt: &Runtime, h: Harness) {
         assert_eq!(ids(&got), more[1..]);
 
         // A queue with a concurrency limit claims on its own path: the same bound.
-        s.queue_limit_set(f.tenant, "lim", Some(50)).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: f.tenant,
+            queue: "lim".into(),
+            max_running: Some(50),
+        })
+        .await
+        .unwrap();
         let (lim_big, _) = sized_schedule(s, &f, "lim", 3000, allow).await;
         let lim = insert(
             s,

@@ -78,7 +78,13 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         })
         .await
         .unwrap();
-        s.queue_limit_set(f.tenant, "q2", Some(2)).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: f.tenant,
+            queue: "q2".into(),
+            max_running: Some(2),
+        })
+        .await
+        .unwrap();
         // The queue limit: at most 2 of q2 running.
         let c2 = claim(s, &f, "q2", "A", 10, 60, secs(1)).await;
         assert_eq!(c2.len(), 2);
@@ -103,7 +109,13 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         })
         .await
         .unwrap();
-        s.queue_limit_set(f.tenant, "q2", None).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: f.tenant,
+            queue: "q2".into(),
+            max_running: None,
+        })
+        .await
+        .unwrap();
         assert_eq!(claim(s, &f, "q2", "A", 100, 60, secs(3)).await.len(), 8);
         // The fixture's schedule is the one active schedule allowed.
         let err = s
@@ -158,7 +170,7 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         ));
         s.schedule_create(create(600)).await.unwrap();
         assert_eq!(
-            s.tenant_quota_get(r.tenant)
+            s.tenant_quota_get(TenantQuotaGet { tenant: r.tenant })
                 .await
                 .unwrap()
                 .max_triggers_per_sec,
@@ -199,7 +211,13 @@ pub fn quotas_and_queue_limits_cap_claims(rt: &Runtime, h: Harness) {
         })
         .await
         .unwrap();
-        s.queue_limit_set(g.tenant, "q3", Some(3)).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: g.tenant,
+            queue: "q3".into(),
+            max_running: Some(3),
+        })
+        .await
+        .unwrap();
         assert_eq!(claim(s, &g, "q3", "A", 10, 60, secs(3)).await.len(), 1);
         assert!(claim(s, &g, "q3", "A", 10, 60, secs(3)).await.is_empty());
     });

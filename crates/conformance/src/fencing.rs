@@ -665,7 +665,11 @@ pub fn claims_and_renewals_without_a_lease_grant_each_occurrences_own(rt: &Runti
         constrained.lease = SignedDuration::from_secs(9);
         let more = insert(store.as_ref(), &f, vec![limited, constrained]).await;
         store
-            .queue_limit_set(f.tenant, "lim", Some(10))
+            .queue_limit_set(QueueLimitSet {
+                tenant: f.tenant,
+                queue: "lim".into(),
+                max_running: Some(10),
+            })
             .await
             .unwrap();
         for (queue, id, secs_own) in [("lim", more[0], 7), ("ovl", more[1], 9)] {

@@ -303,7 +303,12 @@ pub fn backlog_counts_due_unclaimed_work(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         let s = h.store.as_ref();
         let f = fixture(s, "acme", "q").await;
-        let empty = s.backlog(Some(secs(100))).await.unwrap();
+        let empty = s
+            .backlog(BacklogGet {
+                now: Some(secs(100)),
+            })
+            .await
+            .unwrap();
         assert_eq!((empty.due, empty.oldest_due_at), (0, None));
         // Due at 10, 20, 30 s; one more due only at 500 s; a second queue due at 5 s.
         let mut items: Vec<_> = [10, 20, 30, 500]
@@ -312,16 +317,31 @@ pub fn backlog_counts_due_unclaimed_work(rt: &Runtime, h: Harness) {
             .collect();
         items.push(new_occ(&f, "other", secs(5), 3));
         insert(s, &f, items).await;
-        let b = s.backlog(Some(secs(100))).await.unwrap();
+        let b = s
+            .backlog(BacklogGet {
+                now: Some(secs(100)),
+            })
+            .await
+            .unwrap();
         assert_eq!((b.due, b.oldest_due_at), (4, Some(secs(5))));
         assert_eq!(b.outbox_pending, 0);
         // Claimed work is no longer waiting; the oldest moves on.
         claim(s, &f, "other", "A", 10, 600, secs(100)).await;
         claim(s, &f, "q", "A", 1, 600, secs(100)).await;
-        let b = s.backlog(Some(secs(100))).await.unwrap();
+        let b = s
+            .backlog(BacklogGet {
+                now: Some(secs(100)),
+            })
+            .await
+            .unwrap();
         assert_eq!((b.due, b.oldest_due_at), (2, Some(secs(20))));
         // At 550 s the future one is due too (and the leases above are still held).
-        let b = s.backlog(Some(secs(550))).await.unwrap();
+        let b = s
+            .backlog(BacklogGet {
+                now: Some(secs(550)),
+            })
+            .await
+            .unwrap();
         assert_eq!((b.due, b.oldest_due_at), (3, Some(secs(20))));
     });
 }
@@ -329,10 +349,25 @@ pub fn backlog_counts_due_unclaimed_work(rt: &Runtime, h: Harness) {
 pub fn the_first_shard_count_recorded_is_kept(rt: &Runtime, h: Harness) {
     rt.block_on(async {
         let s = h.store.as_ref();
-        assert_eq!(s.deployment_shards(16).await.unwrap(), 16);
+        assert_eq!(
+            s.deployment_shards(DeploymentShards { shards: 16 })
+                .await
+                .unwrap(),
+            16
+        );
         // A node started with another count learns the recorded one (and refuses to start).
-        assert_eq!(s.deployment_shards(8).await.unwrap(), 16);
-        assert_eq!(s.deployment_shards(16).await.unwrap(), 16);
+        assert_eq!(
+            s.deployment_shards(DeploymentShards { shards: 8 })
+                .await
+                .unwrap(),
+            16
+        );
+        assert_eq!(
+            s.deployment_shards(DeploymentShards { shards: 16 })
+                .await
+                .unwrap(),
+            16
+        );
     });
 }
 
@@ -360,7 +395,11 @@ pub fn tenant_classes_are_bounded(rt: &Runtime, h: Harness) {
         let listed = s.tenant_list().await.unwrap();
         assert_eq!(listed[0].class, campanile_store::classes::DEFAULT_CLASS);
         set(f.tenant, "pro").await.unwrap();
-        let by_name = s.tenant_by_name("t0").await.unwrap().unwrap();
+        let by_name = s
+            .tenant_by_name(TenantByName { name: "t0".into() })
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(by_name.class, "pro");
         assert!(matches!(
             set(f.tenant, "Not Valid").await,
@@ -469,7 +508,15 @@ pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
             }),
             now: Some(secs(20)),
         };
-        let get = || async { s.idempotency_get(f.tenant, "k1").await.unwrap().unwrap() };
+        let get = || async {
+            s.idempotency_get(IdempotencyGet {
+                tenant: f.tenant,
+                key: "k1".into(),
+            })
+            .await
+            .unwrap()
+            .unwrap()
+        };
 
         assert!(s.idempotency_put(put("A", b"h", secs(1))).await.unwrap());
         // Held: by a younger reservation, and for good by a request that is not the same.
@@ -493,9 +540,14 @@ pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
             .unwrap();
         assert!(gone.is_none(), "a refused create writes nothing");
         // A's release does not release B's reservation.
-        s.idempotency_finish(f.tenant, "k1", "A", None)
-            .await
-            .unwrap();
+        s.idempotency_finish(IdempotencyFinish {
+            tenant: f.tenant,
+            key: "k1".into(),
+            token: "A".into(),
+            answer: None,
+        })
+        .await
+        .unwrap();
         assert_eq!(get().await.status, 0);
 
         let made = create("B");
@@ -504,18 +556,33 @@ pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
         // Its request dies before answering: the reservation is neither taken over nor
         // released, whatever its age; the schedule on it is the answer.
         assert!(!s.idempotency_put(put("C", b"h", secs(600))).await.unwrap());
-        s.idempotency_finish(f.tenant, "k1", "B", None)
-            .await
-            .unwrap();
+        s.idempotency_finish(IdempotencyFinish {
+            tenant: f.tenant,
+            key: "k1".into(),
+            token: "B".into(),
+            answer: None,
+        })
+        .await
+        .unwrap();
         let held = get().await;
         assert_eq!((held.status, held.schedule_id), (0, Some(made.id)));
         // The answer is recorded once.
-        s.idempotency_finish(f.tenant, "k1", "C", Some((201, "first".into())))
-            .await
-            .unwrap();
-        s.idempotency_finish(f.tenant, "k1", "B", Some((201, "second".into())))
-            .await
-            .unwrap();
+        s.idempotency_finish(IdempotencyFinish {
+            tenant: f.tenant,
+            key: "k1".into(),
+            token: "C".into(),
+            answer: Some((201, "first".into())),
+        })
+        .await
+        .unwrap();
+        s.idempotency_finish(IdempotencyFinish {
+            tenant: f.tenant,
+            key: "k1".into(),
+            token: "B".into(),
+            answer: Some((201, "second".into())),
+        })
+        .await
+        .unwrap();
         let answered = get().await;
         assert_eq!((answered.status, answered.body.as_str()), (201, "first"));
         assert!(!s.idempotency_put(put("D", b"h", secs(900))).await.unwrap());
@@ -526,9 +593,14 @@ pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
             ..put(token, b"h", now)
         };
         assert!(s.idempotency_put(other("E", secs(1))).await.unwrap());
-        s.idempotency_finish(f.tenant, "k2", "E", None)
-            .await
-            .unwrap();
+        s.idempotency_finish(IdempotencyFinish {
+            tenant: f.tenant,
+            key: "k2".into(),
+            token: "E".into(),
+            answer: None,
+        })
+        .await
+        .unwrap();
         assert!(s.idempotency_put(other("F", secs(2))).await.unwrap());
     });
 }

@@ -55,7 +55,15 @@ pub fn relay_claims_due_outbox_work_across_tenants(rt: &Runtime, h: Harness) {
             relay(s, "relay-1", 10, 5, secs(9)).await.is_empty(),
             "nothing due at 9 s"
         );
-        assert_eq!(s.backlog(Some(secs(100))).await.unwrap().outbox_pending, 3);
+        assert_eq!(
+            s.backlog(BacklogGet {
+                now: Some(secs(100))
+            })
+            .await
+            .unwrap()
+            .outbox_pending,
+            3
+        );
 
         let got = relay(s, "relay-1", 2, 5, secs(100)).await;
         assert_eq!(
@@ -85,7 +93,13 @@ pub fn relay_claims_due_outbox_work_across_tenants(rt: &Runtime, h: Harness) {
         // The next claim takes the third due one and settles the delivered row on the way.
         let got = relay(s, "relay-1", 10, 5, secs(101)).await;
         assert_eq!(relayed_ids(&got), vec![a_ids[1]]);
-        let b_left = s.backlog(Some(secs(101))).await.unwrap().outbox_pending;
+        let b_left = s
+            .backlog(BacklogGet {
+                now: Some(secs(101)),
+            })
+            .await
+            .unwrap()
+            .outbox_pending;
         // The row just claimed waits for its delivery; the one under a live lease (postponed
         // to its lease end) is not waiting.
         assert_eq!(b_left, 1);
@@ -97,7 +111,15 @@ pub fn relay_claims_due_outbox_work_across_tenants(rt: &Runtime, h: Harness) {
             );
         }
         assert!(relay(s, "relay-1", 10, 5, secs(102)).await.is_empty());
-        assert_eq!(s.backlog(Some(secs(102))).await.unwrap().outbox_pending, 0);
+        assert_eq!(
+            s.backlog(BacklogGet {
+                now: Some(secs(102))
+            })
+            .await
+            .unwrap()
+            .outbox_pending,
+            0
+        );
         // The future one comes due in its time.
         assert_eq!(
             relayed_ids(&relay(s, "relay-1", 10, 5, secs(500)).await),
@@ -131,7 +153,15 @@ pub fn relay_lease_expiry_hands_over_and_fences_the_stale_relay(rt: &Runtime, h:
         assert_eq!(d.occurrence.state, OccurrenceState::Succeeded);
         assert_eq!(d.attempts.len(), 2);
         assert!(relay(s, "relay-A", 10, 5, secs(17)).await.is_empty());
-        assert_eq!(s.backlog(Some(secs(17))).await.unwrap().outbox_pending, 0);
+        assert_eq!(
+            s.backlog(BacklogGet {
+                now: Some(secs(17))
+            })
+            .await
+            .unwrap()
+            .outbox_pending,
+            0
+        );
     });
 }
 
@@ -184,7 +214,13 @@ pub fn relay_retries_settles_cancels_and_reopens_on_redrive(rt: &Runtime, h: Har
         assert_eq!(ack.state, Some(OccurrenceState::Dead));
         let later = Timestamp::from_millisecond(retry_at.as_millisecond() + 1_000).unwrap();
         assert!(relay(s, "relay-1", 10, 5, later).await.is_empty());
-        assert_eq!(s.backlog(Some(later)).await.unwrap().outbox_pending, 0);
+        assert_eq!(
+            s.backlog(BacklogGet { now: Some(later) })
+                .await
+                .unwrap()
+                .outbox_pending,
+            0
+        );
         // An operator redrives the dead letter: the relay delivers it again.
         let r = s
             .occurrence_redrive(OccurrenceRedrive {

@@ -186,7 +186,13 @@ pub fn a_claim_sent_again_answers_what_it_claimed(rt: &Runtime, h: Harness) {
         assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), c);
         let again = claim_keyed(s, &f, "c", "A", 1, keyed(4, true), secs(52)).await;
         assert_eq!(terms(&again), terms(&first));
-        s.queue_limit_set(f.tenant, "l", Some(5)).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: f.tenant,
+            queue: "l".into(),
+            max_running: Some(5),
+        })
+        .await
+        .unwrap();
         let l = insert(s, &f, vec![new_occ(&f, "l", secs(49), 3)]).await;
         let first = claim_keyed(s, &f, "l", "A", 1, keyed(5, false), secs(51)).await;
         assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), l);

@@ -266,7 +266,13 @@ pub fn claims_wait_for_the_first_node_back_after_an_outage(rt: &Runtime, h: Harn
         assert_eq!(resume(s, "a", &judge, secs(0)).await, Resumed::default());
         let late = insert(s, &f, vec![new_occ(&f, "q", secs(100), 3)]).await;
         // Queues whose claims take other paths: one with a running limit, one overlap-constrained.
-        s.queue_limit_set(f.tenant, "lim", Some(10)).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: f.tenant,
+            queue: "lim".into(),
+            max_running: Some(10),
+        })
+        .await
+        .unwrap();
         let mut constrained = new_occ(&f, "one", secs(101), 3);
         constrained.overlap = campanile_core::Overlap::SkipIfRunning;
         let others = insert(s, &f, vec![new_occ(&f, "lim", secs(102), 3), constrained]).await;
@@ -402,7 +408,13 @@ pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G, W, W
         // A queue name no other test uses: the lock is the database's, not the schema's.
         let queue = "limited-while-lapsing";
         let f = fixture(s, "acme", queue).await;
-        s.queue_limit_set(f.tenant, queue, Some(10)).await.unwrap();
+        s.queue_limit_set(QueueLimitSet {
+            tenant: f.tenant,
+            queue: queue.to_string(),
+            max_running: Some(10),
+        })
+        .await
+        .unwrap();
         let now = s.store_now().await.unwrap();
         let ids = insert(
             s,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use campanile_store::{LeaseSweep, Store};
+use campanile_store::{BacklogGet, LeaseSweep, Store};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -142,7 +142,10 @@ async fn backlog_gauges(store: Arc<dyn Store>, mut stop: watch::Receiver<bool>) 
         }
         // One instant for the sample and its age.
         let sampled = match store.store_now().await {
-            Ok(now) => store.backlog(Some(now)).await.map(|b| (b, now)),
+            Ok(now) => store
+                .backlog(BacklogGet { now: Some(now) })
+                .await
+                .map(|b| (b, now)),
             Err(e) => Err(e),
         };
         match sampled {

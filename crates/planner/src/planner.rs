@@ -527,7 +527,10 @@ impl Planner {
                 continue;
             }
             if let std::collections::hash_map::Entry::Vacant(slot) = paced.entry(d.tenant) {
-                let q = self.store.tenant_quota_get(d.tenant).await?;
+                let q = self
+                    .store
+                    .tenant_quota_get(TenantQuotaGet { tenant: d.tenant })
+                    .await?;
                 slot.insert((q.max_catchup_per_sec.filter(|r| *r > 0), 0));
             }
             let Some((Some(rate), count)) = paced.get_mut(&d.tenant) else {
@@ -645,7 +648,11 @@ impl Planner {
     async fn until_next(&self, cap: Duration) -> Duration {
         let shards: Vec<i32> = self.shards_held().iter().map(|l| l.shard).collect();
         let (Ok(Some(next)), Ok(now)) = (
-            self.store.schedule_next_due(&shards).await,
+            self.store
+                .schedule_next_due(ScheduleNextDue {
+                    shards: shards.to_vec(),
+                })
+                .await,
             self.store.store_now().await,
         ) else {
             return cap;

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use campanile_calendar::Calendar;
 use campanile_core::{OccurrenceState, ScheduleId};
+use campanile_store::SchedulePosition;
 use campanile_store::{
     MissedRange, MissedRangeList, OccurrenceList, ScheduleGet, ScheduleRecord, ScheduleState,
     Store, StoreError, TenantId, Timing,
@@ -249,7 +250,9 @@ pub async fn reconcile(
         .any(|at| *at <= range.now && !recorded.contains_key(at) && gap_of(*at).is_none());
     let position = match record.state {
         ScheduleState::Active if unrecorded => {
-            let position = store.schedule_position(tenant, id).await?;
+            let position = store
+                .schedule_position(SchedulePosition { tenant, id })
+                .await?;
             if !unchanged(&record, store.schedule_get(get).await?) {
                 return Err(changing(id, reads + 1));
             }

@@ -445,7 +445,11 @@ impl Schedules {
             ..Superseded::default()
         };
         let position = match record.state {
-            ScheduleState::Active => self.store.schedule_position(tenant, id).await?,
+            ScheduleState::Active => {
+                self.store
+                    .schedule_position(SchedulePosition { tenant, id })
+                    .await?
+            }
             ScheduleState::Paused => record.next_run_at,
             _ => None,
         };

@@ -196,7 +196,14 @@ async fn changes_racing_planners_leave_nothing_of_superseded_versions(env: Env) 
         superseded_runs_nothing(&env, *id, until).await;
         let rec = record(&env, *id).await;
         if rec.state == ScheduleState::Active {
-            let position = env.store.schedule_position(env.tenant, *id).await.unwrap();
+            let position = env
+                .store
+                .schedule_position(SchedulePosition {
+                    tenant: env.tenant,
+                    id: *id,
+                })
+                .await
+                .unwrap();
             assert!(
                 position.is_some_and(|p| p > plus(later, 2 * 300)),
                 "schedule {id} is planned on: {position:?}"

@@ -76,7 +76,10 @@ async fn racing_planners_leave_one_occurrence_per_instant(env: Env) {
             assert!(got.is_subset(&all), "only calendar instants");
             assert!(
                 env.store
-                    .schedule_position(env.tenant, id)
+                    .schedule_position(SchedulePosition {
+                        tenant: env.tenant,
+                        id
+                    })
                     .await
                     .unwrap()
                     .unwrap()
@@ -114,7 +117,14 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
     assert_eq!(b.tick(Some(later)).await.unwrap().shards, 4);
     // A comes back and commits with its old epoch: refused, nothing inserted.
     let before = occurrences(&env, id).await.len();
-    let position = env.store.schedule_position(env.tenant, id).await.unwrap();
+    let position = env
+        .store
+        .schedule_position(SchedulePosition {
+            tenant: env.tenant,
+            id,
+        })
+        .await
+        .unwrap();
     assert!(position.is_some());
     let err = env
         .store
@@ -164,7 +174,13 @@ async fn a_planner_that_lost_its_shard_is_fenced(env: Env) {
         .unwrap();
     assert_eq!((r.applied, r.stale, r.refused), (0, 1, vec![id]));
     assert_eq!(
-        env.store.schedule_position(env.tenant, id).await.unwrap(),
+        env.store
+            .schedule_position(SchedulePosition {
+                tenant: env.tenant,
+                id
+            })
+            .await
+            .unwrap(),
         position,
         "never moved backwards"
     );

@@ -273,7 +273,13 @@ async fn delivers_due_occurrences_with_their_id_as_msg_id(backend: &str) {
     );
     // Nothing more until the future one is due; the outbox is settled.
     assert_eq!(relay.step(Some(at(31))).await.unwrap().claimed, 0);
-    assert_eq!(s.backlog(Some(at(31))).await.unwrap().outbox_pending, 0);
+    assert_eq!(
+        s.backlog(BacklogGet { now: Some(at(31)) })
+            .await
+            .unwrap()
+            .outbox_pending,
+        0
+    );
     assert_eq!(env.messages().await.len(), 3);
     env.cleanup().await;
 }
@@ -377,7 +383,13 @@ async fn a_subject_without_a_stream_backs_off_then_dead_letters(backend: &str) {
     let d = detail(s, tenant, ids[0], at(12)).await;
     assert_eq!(d.occurrence.state, OccurrenceState::Dead);
     assert_eq!(relay.step(Some(at(13))).await.unwrap().claimed, 0);
-    assert_eq!(s.backlog(Some(at(13))).await.unwrap().outbox_pending, 0);
+    assert_eq!(
+        s.backlog(BacklogGet { now: Some(at(13)) })
+            .await
+            .unwrap()
+            .outbox_pending,
+        0
+    );
     env.cleanup().await;
 }
 

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use campanile_store::{StoreError, TenantClassSet, TenantCreate};
+use campanile_store::{StoreError, TenantByName, TenantClassSet, TenantCreate};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -78,7 +78,14 @@ async fn tenant_named(state: &AppState, name: &str) -> Result<campanile_store::T
     // No tenant can have a name creation refuses (and PostgreSQL cannot even look up one
     // with NUL): not found without asking.
     let found = match valid_name(name) {
-        Ok(()) => state.store.tenant_by_name(name).await?,
+        Ok(()) => {
+            state
+                .store
+                .tenant_by_name(TenantByName {
+                    name: name.to_string(),
+                })
+                .await?
+        }
         Err(_) => None,
     };
     found.ok_or_else(|| ApiError::not_found(format!("tenant '{name}'")))

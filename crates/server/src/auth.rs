@@ -4,7 +4,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
-use campanile_store::{ApiKeyCreate, ApiKeyRecord, Store, StoreError, TenantId};
+use campanile_store::{ApiKeyCreate, ApiKeyFind, ApiKeyRecord, Store, StoreError, TenantId};
 use sha2::{Digest, Sha256};
 
 use crate::{ApiError, AppState};
@@ -72,7 +72,9 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<ApiKeyRecord, A
     }
     let record = state
         .store
-        .api_key_find(&hash)
+        .api_key_find(ApiKeyFind {
+            hash: hash.to_vec(),
+        })
         .await?
         .ok_or_else(ApiError::unauthorized)?;
     state.keys.put(hash, &record);

@@ -7,7 +7,10 @@ use axum::response::{IntoResponse, Response};
 use campanile_calendar::Calendar;
 use campanile_core::ScheduleId;
 use campanile_planner::schedules::next_fires;
-use campanile_store::{IdempotencyPut, IdempotencyToken, ScheduleChange, ScheduleState};
+use campanile_store::{
+    IdempotencyFinish, IdempotencyGet, IdempotencyPut, IdempotencyToken, ScheduleChange,
+    ScheduleState,
+};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -103,7 +106,10 @@ pub(crate) async fn create(
     if !reserved {
         let prev = state
             .store
-            .idempotency_get(caller.tenant, &key)
+            .idempotency_get(IdempotencyGet {
+                tenant: caller.tenant,
+                key: key.clone(),
+            })
             .await?
             .ok_or_else(|| {
                 ApiError::new(
@@ -132,7 +138,12 @@ pub(crate) async fn create(
                 let text = serde_json::to_string(&out).unwrap_or_default();
                 state
                     .store
-                    .idempotency_finish(caller.tenant, &key, &token, Some((201, text)))
+                    .idempotency_finish(IdempotencyFinish {
+                        tenant: caller.tenant,
+                        key: key.clone(),
+                        token: token.clone(),
+                        answer: Some((201, text)),
+                    })
                     .await?;
                 return Ok((StatusCode::CREATED, Json(out)).into_response());
             }
@@ -160,7 +171,12 @@ pub(crate) async fn create(
             let text = serde_json::to_string(&out).unwrap_or_default();
             state
                 .store
-                .idempotency_finish(caller.tenant, &key, &token, Some((201, text)))
+                .idempotency_finish(IdempotencyFinish {
+                    tenant: caller.tenant,
+                    key: key.clone(),
+                    token: token.clone(),
+                    answer: Some((201, text)),
+                })
                 .await?;
             Ok((StatusCode::CREATED, Json(out)).into_response())
         }
@@ -169,7 +185,12 @@ pub(crate) async fn create(
             // whose schedule was created), so a retry may try again.
             let _ = state
                 .store
-                .idempotency_finish(caller.tenant, &key, &token, None)
+                .idempotency_finish(IdempotencyFinish {
+                    tenant: caller.tenant,
+                    key: key.clone(),
+                    token: token.clone(),
+                    answer: None,
+                })
                 .await;
             Err(e)
         }

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use campanile_planner::{Planner, PlannerConfig};
 use campanile_server::{AppState, ServerConfig, issue_key, router};
-use campanile_store::{Store, TenantCreate};
+use campanile_store::{ApiKeyRevoke, BacklogGet, Store, TenantByName, TenantCreate};
 use campanile_store_sqlite::SqliteStore;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -100,7 +100,12 @@ impl App {
 
     /// Sets tenant a's quotas (`q.tenant` is ignored).
     async fn quota_of_a(&self, q: campanile_store::TenantQuota) {
-        let a = self.store.tenant_by_name("a").await.unwrap().unwrap();
+        let a = self
+            .store
+            .tenant_by_name(TenantByName { name: "a".into() })
+            .await
+            .unwrap()
+            .unwrap();
         let q = campanile_store::TenantQuota { tenant: a.id, ..q };
         self.store.tenant_quota_set(q).await.unwrap();
     }
@@ -276,7 +281,16 @@ async fn every_v1_route_requires_a_valid_key() {
     }
     // A revoked key that this node has not just verified is refused at once.
     let prefix = campanile_server::key_prefix(&app.a);
-    assert_eq!(app.store.api_key_revoke(&prefix, None).await.unwrap(), 1);
+    assert_eq!(
+        app.store
+            .api_key_revoke(ApiKeyRevoke {
+                prefix: prefix.clone(),
+                now: None
+            })
+            .await
+            .unwrap(),
+        1
+    );
     let (s, _) = app.call("GET", "/v1/schedules", Some(&app.a), None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
@@ -295,7 +309,16 @@ async fn a_revoked_key_is_refused_once_the_verified_key_expires() {
         let status = async |key: &str| app.call("GET", "/v1/schedules", Some(key), None).await.0;
         assert_eq!(status(&app.a).await, StatusCode::OK);
         let prefix = campanile_server::key_prefix(&app.a);
-        assert_eq!(app.store.api_key_revoke(&prefix, None).await.unwrap(), 1);
+        assert_eq!(
+            app.store
+                .api_key_revoke(ApiKeyRevoke {
+                    prefix: prefix.clone(),
+                    now: None
+                })
+                .await
+                .unwrap(),
+            1
+        );
         if cache_ms > 0 {
             clock.advance(jiff::SignedDuration::from_millis(999));
             assert_eq!(status(&app.a).await, StatusCode::OK, "within the period");
@@ -2075,7 +2098,14 @@ async fn nats_targets_are_validated_routed_and_never_claimable_by_workers() {
     let items = v["occurrences"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{v}");
     assert_eq!(items[0]["state"], "READY");
-    assert_eq!(app.store.backlog(None).await.unwrap().outbox_pending, 1);
+    assert_eq!(
+        app.store
+            .backlog(BacklogGet { now: None })
+            .await
+            .unwrap()
+            .outbox_pending,
+        1
+    );
 }
 
 /// A node hands out work only while its liveness mark is valid (its planner renewed it less
@@ -2494,7 +2524,13 @@ async fn outcomes_and_the_next_claim_in_one_request() {
 #[tokio::test]
 async fn a_create_that_died_mid_request_does_not_hold_its_idempotency_key() {
     let app = app().await;
-    let tenant = app.store.tenant_by_name("a").await.unwrap().unwrap().id;
+    let tenant = app
+        .store
+        .tenant_by_name(TenantByName { name: "a".into() })
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
     let body = json!({"queue": "q", "every": "1h"});
     let hash = campanile_server::hash_key(&body.to_string());
     let post = |key: &str| {

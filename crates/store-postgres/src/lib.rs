@@ -492,9 +492,9 @@ impl Store for PgStore {
 
     async fn schedule_position(
         &self,
-        tenant: TenantId,
-        id: campanile_core::ScheduleId,
+        p: SchedulePosition,
     ) -> Result<Option<Timestamp>, StoreError> {
+        let SchedulePosition { tenant, id } = p;
         schedule::schedule_position(&self.client().await?, tenant, id).await
     }
 
@@ -517,16 +517,19 @@ impl Store for PgStore {
         planning::schedule_due(&self.client().await?, p).await
     }
 
-    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError> {
+    async fn deployment_shards(&self, p: DeploymentShards) -> Result<u32, StoreError> {
+        let DeploymentShards { shards } = p;
         planning::deployment_shards(&self.client().await?, shards).await
     }
 
-    async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
+    async fn backlog(&self, p: BacklogGet) -> Result<Backlog, StoreError> {
+        let BacklogGet { now } = p;
         occurrence::backlog(&self.client().await?, now).await
     }
 
-    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
-        planning::schedule_next_due(&self.client().await?, shards).await
+    async fn schedule_next_due(&self, p: ScheduleNextDue) -> Result<Option<Timestamp>, StoreError> {
+        let ScheduleNextDue { shards } = p;
+        planning::schedule_next_due(&self.client().await?, &shards).await
     }
 
     async fn plan_commit(&self, p: PlanCommit) -> Result<PlanReport, StoreError> {
@@ -554,24 +557,23 @@ impl Store for PgStore {
         tenant::tenant_list(&self.client().await?).await
     }
 
-    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
-        tenant::tenant_by_name(&self.client().await?, name).await
+    async fn tenant_by_name(&self, p: TenantByName) -> Result<Option<Tenant>, StoreError> {
+        let TenantByName { name } = p;
+        tenant::tenant_by_name(&self.client().await?, &name).await
     }
 
     async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError> {
         api_key::api_key_create(&self.client().await?, p).await
     }
 
-    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError> {
-        api_key::api_key_find(&self.client().await?, hash).await
+    async fn api_key_find(&self, p: ApiKeyFind) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let ApiKeyFind { hash } = p;
+        api_key::api_key_find(&self.client().await?, &hash).await
     }
 
-    async fn api_key_revoke(
-        &self,
-        prefix: &str,
-        now: Option<Timestamp>,
-    ) -> Result<u64, StoreError> {
-        api_key::api_key_revoke(&self.client().await?, prefix, now).await
+    async fn api_key_revoke(&self, p: ApiKeyRevoke) -> Result<u64, StoreError> {
+        let ApiKeyRevoke { prefix, now } = p;
+        api_key::api_key_revoke(&self.client().await?, &prefix, now).await
     }
 
     async fn schedule_list(&self, p: ScheduleList) -> Result<Vec<ScheduleRecord>, StoreError> {
@@ -580,27 +582,28 @@ impl Store for PgStore {
 
     async fn idempotency_get(
         &self,
-        tenant: TenantId,
-        key: &str,
+        p: IdempotencyGet,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
-        idempotency::idempotency_get(&self.client().await?, tenant, key).await
+        let IdempotencyGet { tenant, key } = p;
+        idempotency::idempotency_get(&self.client().await?, tenant, &key).await
     }
 
     async fn idempotency_put(&self, p: IdempotencyPut) -> Result<bool, StoreError> {
         idempotency::idempotency_put(&self.client().await?, p).await
     }
 
-    async fn idempotency_finish(
-        &self,
-        tenant: TenantId,
-        key: &str,
-        token: &str,
-        answer: Option<(u16, String)>,
-    ) -> Result<(), StoreError> {
-        idempotency::idempotency_finish(&self.client().await?, tenant, key, token, answer).await
+    async fn idempotency_finish(&self, p: IdempotencyFinish) -> Result<(), StoreError> {
+        let IdempotencyFinish {
+            tenant,
+            key,
+            token,
+            answer,
+        } = p;
+        idempotency::idempotency_finish(&self.client().await?, tenant, &key, &token, answer).await
     }
 
-    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError> {
+    async fn tenant_quota_get(&self, p: TenantQuotaGet) -> Result<TenantQuota, StoreError> {
+        let TenantQuotaGet { tenant } = p;
         tenant::tenant_quota_get(&self.client().await?, tenant).await
     }
 
@@ -612,13 +615,13 @@ impl Store for PgStore {
         tenant::tenant_class_set(&mut self.client().await?, p).await
     }
 
-    async fn queue_limit_set(
-        &self,
-        tenant: TenantId,
-        queue: &str,
-        max_running: Option<i64>,
-    ) -> Result<(), StoreError> {
-        tenant::queue_limit_set(&self.client().await?, tenant, queue, max_running).await
+    async fn queue_limit_set(&self, p: QueueLimitSet) -> Result<(), StoreError> {
+        let QueueLimitSet {
+            tenant,
+            queue,
+            max_running,
+        } = p;
+        tenant::queue_limit_set(&self.client().await?, tenant, &queue, max_running).await
     }
 
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {

@@ -380,9 +380,9 @@ impl Store for SqliteStore {
 
     async fn schedule_position(
         &self,
-        tenant: TenantId,
-        id: campanile_core::ScheduleId,
+        p: SchedulePosition,
     ) -> Result<Option<Timestamp>, StoreError> {
+        let SchedulePosition { tenant, id } = p;
         self.read(move |c| schedule::schedule_position(c, tenant, id))
             .await
     }
@@ -411,19 +411,21 @@ impl Store for SqliteStore {
         self.read(move |c| planning::schedule_due(c, &p)).await
     }
 
-    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError> {
+    async fn deployment_shards(&self, p: DeploymentShards) -> Result<u32, StoreError> {
+        let DeploymentShards { shards } = p;
         let now = self.now(None);
         self.write(move |c| planning::deployment_shards(c, shards, now))
             .await
     }
 
-    async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError> {
+    async fn backlog(&self, p: BacklogGet) -> Result<Backlog, StoreError> {
+        let BacklogGet { now } = p;
         let now = self.now(now);
         self.read(move |c| occurrence::backlog(c, now)).await
     }
 
-    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError> {
-        let shards = shards.to_vec();
+    async fn schedule_next_due(&self, p: ScheduleNextDue) -> Result<Option<Timestamp>, StoreError> {
+        let ScheduleNextDue { shards } = p;
         self.read(move |c| planning::schedule_next_due(c, &shards))
             .await
     }
@@ -454,8 +456,8 @@ impl Store for SqliteStore {
         self.read(tenant::tenant_list).await
     }
 
-    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
-        let name = name.to_string();
+    async fn tenant_by_name(&self, p: TenantByName) -> Result<Option<Tenant>, StoreError> {
+        let TenantByName { name } = p;
         self.read(move |c| tenant::tenant_by_name(c, &name)).await
     }
 
@@ -465,18 +467,14 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError> {
-        let hash = hash.to_vec();
+    async fn api_key_find(&self, p: ApiKeyFind) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let ApiKeyFind { hash } = p;
         self.read(move |c| api_key::api_key_find(c, &hash)).await
     }
 
-    async fn api_key_revoke(
-        &self,
-        prefix: &str,
-        now: Option<Timestamp>,
-    ) -> Result<u64, StoreError> {
+    async fn api_key_revoke(&self, p: ApiKeyRevoke) -> Result<u64, StoreError> {
+        let ApiKeyRevoke { prefix, now } = p;
         let now = self.now(now);
-        let prefix = prefix.to_string();
         self.write(move |c| api_key::api_key_revoke(c, &prefix, now))
             .await
     }
@@ -487,10 +485,9 @@ impl Store for SqliteStore {
 
     async fn idempotency_get(
         &self,
-        tenant: TenantId,
-        key: &str,
+        p: IdempotencyGet,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
-        let key = key.to_string();
+        let IdempotencyGet { tenant, key } = p;
         self.read(move |c| idempotency::idempotency_get(c, tenant, &key))
             .await
     }
@@ -501,19 +498,19 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn idempotency_finish(
-        &self,
-        tenant: TenantId,
-        key: &str,
-        token: &str,
-        answer: Option<(u16, String)>,
-    ) -> Result<(), StoreError> {
-        let (key, token) = (key.to_string(), token.to_string());
+    async fn idempotency_finish(&self, p: IdempotencyFinish) -> Result<(), StoreError> {
+        let IdempotencyFinish {
+            tenant,
+            key,
+            token,
+            answer,
+        } = p;
         self.write(move |c| idempotency::idempotency_finish(c, tenant, &key, &token, answer))
             .await
     }
 
-    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError> {
+    async fn tenant_quota_get(&self, p: TenantQuotaGet) -> Result<TenantQuota, StoreError> {
+        let TenantQuotaGet { tenant } = p;
         self.read(move |c| tenant::tenant_quota_get(c, tenant))
             .await
     }
@@ -526,13 +523,12 @@ impl Store for SqliteStore {
         self.write(move |c| tenant::tenant_class_set(c, &p)).await
     }
 
-    async fn queue_limit_set(
-        &self,
-        tenant: TenantId,
-        queue: &str,
-        max_running: Option<i64>,
-    ) -> Result<(), StoreError> {
-        let queue = queue.to_string();
+    async fn queue_limit_set(&self, p: QueueLimitSet) -> Result<(), StoreError> {
+        let QueueLimitSet {
+            tenant,
+            queue,
+            max_running,
+        } = p;
         self.write(move |c| tenant::queue_limit_set(c, tenant, &queue, max_running))
             .await
     }

@@ -41,10 +41,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn tenant_list(&self) -> Result<Vec<Tenant>, StoreError>;
 
     /// A tenant by name.
-    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>, StoreError>;
+    async fn tenant_by_name(&self, p: TenantByName) -> Result<Option<Tenant>, StoreError>;
 
     /// A tenant's quotas.
-    async fn tenant_quota_get(&self, tenant: TenantId) -> Result<TenantQuota, StoreError>;
+    async fn tenant_quota_get(&self, p: TenantQuotaGet) -> Result<TenantQuota, StoreError>;
 
     /// Sets a tenant's quotas.
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
@@ -55,22 +55,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError>;
 
     /// Sets (or with `None` removes) a per-queue concurrency limit.
-    async fn queue_limit_set(
-        &self,
-        tenant: TenantId,
-        queue: &str,
-        max_running: Option<i64>,
-    ) -> Result<(), StoreError>;
+    async fn queue_limit_set(&self, p: QueueLimitSet) -> Result<(), StoreError>;
 
     /// Stores a (hashed) API key.
     async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError>;
 
     /// The unrevoked key with this hash.
-    async fn api_key_find(&self, hash: &[u8]) -> Result<Option<ApiKeyRecord>, StoreError>;
+    async fn api_key_find(&self, p: ApiKeyFind) -> Result<Option<ApiKeyRecord>, StoreError>;
 
     /// Revokes the keys with this prefix; returns how many.
-    async fn api_key_revoke(&self, prefix: &str, now: Option<Timestamp>)
-    -> Result<u64, StoreError>;
+    async fn api_key_revoke(&self, p: ApiKeyRevoke) -> Result<u64, StoreError>;
 
     // ── Schedules: created, read, listed, changed ──
 
@@ -93,11 +87,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Where an active schedule stands in the planner's queue: the next instant it will plan.
     /// (A scan of one shard's queue; [`ScheduleRecord::next_run_at`] is only a snapshot.)
-    async fn schedule_position(
-        &self,
-        tenant: TenantId,
-        id: campanile_core::ScheduleId,
-    ) -> Result<Option<Timestamp>, StoreError>;
+    async fn schedule_position(&self, p: SchedulePosition)
+    -> Result<Option<Timestamp>, StoreError>;
 
     /// Replaces the definition (optimistically, against `expected_version`), bumping the
     /// version. Unclaimed occurrences of older versions become `CANCELED`; claimed ones are
@@ -116,8 +107,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// A stored answer for `(tenant, key)`.
     async fn idempotency_get(
         &self,
-        tenant: TenantId,
-        key: &str,
+        p: IdempotencyGet,
     ) -> Result<Option<IdempotentResponse>, StoreError>;
 
     /// Stores an answer or a reservation (status 0); false if the key is held (the caller
@@ -130,13 +120,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records the final answer for a reserved key (`Some`; only once), or releases the
     /// reservation `token` holds (`None`) when its request failed before creating anything,
     /// so that it can be retried. A reservation whose schedule was created is never released.
-    async fn idempotency_finish(
-        &self,
-        tenant: TenantId,
-        key: &str,
-        token: &str,
-        answer: Option<(u16, String)>,
-    ) -> Result<(), StoreError>;
+    async fn idempotency_finish(&self, p: IdempotencyFinish) -> Result<(), StoreError>;
 
     // ── Planning: due schedules, the planning commit, shard leases, missed ranges ──
 
@@ -144,7 +128,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn schedule_due(&self, p: ScheduleDueList) -> Result<Vec<DueSchedule>, StoreError>;
 
     /// The earliest `next_run_at` among the active schedules of these shards.
-    async fn schedule_next_due(&self, shards: &[i32]) -> Result<Option<Timestamp>, StoreError>;
+    async fn schedule_next_due(&self, p: ScheduleNextDue) -> Result<Option<Timestamp>, StoreError>;
 
     /// Commits a planning batch in one transaction, fenced by the shard lease: for each item,
     /// advances `next_run_at` only if the schedule is still at `version` and
@@ -173,7 +157,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The deployment's planner shard count: records `shards` if none is recorded yet (the
     /// first node to start decides) and returns the recorded count, which every node must use.
-    async fn deployment_shards(&self, shards: u32) -> Result<u32, StoreError>;
+    async fn deployment_shards(&self, p: DeploymentShards) -> Result<u32, StoreError>;
 
     // ── Occurrences: inserted, claimed, reported, read ──
 
@@ -242,7 +226,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn occurrence_list(&self, p: OccurrenceList) -> Result<Vec<Occurrence>, StoreError>;
 
     /// How much work is waiting at `now` (`None`: the store's clock), across all tenants.
-    async fn backlog(&self, now: Option<Timestamp>) -> Result<Backlog, StoreError>;
+    async fn backlog(&self, p: BacklogGet) -> Result<Backlog, StoreError>;
 
     // ── Leases ──
 

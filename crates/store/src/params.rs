@@ -616,3 +616,96 @@ pub fn check_lease(lease: Option<SignedDuration>) -> Result<(), crate::StoreErro
         _ => Ok(()),
     }
 }
+
+/// Params of [`crate::Store::tenant_by_name`].
+#[derive(Debug, Clone)]
+pub struct TenantByName {
+    /// The tenant's unique name.
+    pub name: String,
+}
+
+/// Params of [`crate::Store::tenant_quota_get`].
+#[derive(Debug, Clone, Copy)]
+pub struct TenantQuotaGet {
+    /// Whose quota.
+    pub tenant: TenantId,
+}
+
+/// Params of [`crate::Store::queue_limit_set`].
+#[derive(Debug, Clone)]
+pub struct QueueLimitSet {
+    /// Whose queue.
+    pub tenant: TenantId,
+    /// The queue.
+    pub queue: String,
+    /// At most this many of its occurrences running at once; `None` lifts the limit.
+    pub max_running: Option<i64>,
+}
+
+/// Params of [`crate::Store::api_key_find`].
+#[derive(Debug, Clone)]
+pub struct ApiKeyFind {
+    /// The key's SHA-256 hash.
+    pub hash: Vec<u8>,
+}
+
+/// Params of [`crate::Store::api_key_revoke`].
+#[derive(Debug, Clone)]
+pub struct ApiKeyRevoke {
+    /// The key's prefix, as `campanile key list` shows it.
+    pub prefix: String,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_position`].
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulePosition {
+    /// Whose schedule.
+    pub tenant: TenantId,
+    /// The schedule.
+    pub id: campanile_core::ScheduleId,
+}
+
+/// Params of [`crate::Store::idempotency_get`].
+#[derive(Debug, Clone)]
+pub struct IdempotencyGet {
+    /// Whose request.
+    pub tenant: TenantId,
+    /// The request's `Idempotency-Key`.
+    pub key: String,
+}
+
+/// Params of [`crate::Store::idempotency_finish`].
+#[derive(Debug, Clone)]
+pub struct IdempotencyFinish {
+    /// Whose request.
+    pub tenant: TenantId,
+    /// The request's `Idempotency-Key`.
+    pub key: String,
+    /// The reservation's token (only its holder finishes it).
+    pub token: String,
+    /// The answer to keep (status and body), or `None` to release the reservation.
+    pub answer: Option<(u16, String)>,
+}
+
+/// Params of [`crate::Store::schedule_next_due`].
+#[derive(Debug, Clone)]
+pub struct ScheduleNextDue {
+    /// The shards to look in.
+    pub shards: Vec<i32>,
+}
+
+/// Params of [`crate::Store::deployment_shards`].
+#[derive(Debug, Clone, Copy)]
+pub struct DeploymentShards {
+    /// The shard count this node runs with (recorded if none is yet).
+    pub shards: u32,
+}
+
+/// Params of [`crate::Store::backlog`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BacklogGet {
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
