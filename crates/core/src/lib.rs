@@ -15,4 +15,6 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{OccurrenceId, ScheduleId, occurrence_id};
 pub use policy::{Misfire, Overlap};
 pub use state::{ErrorClass, OccurrenceState, UnknownName};
-pub use target::{NATS_PREFIX, RESERVED_PREFIX, Target, TargetError, is_reserved_queue};
+pub use target::{
+    NATS_PREFIX, RESERVED_PREFIX, Target, TargetError, check_claimable_queue, is_reserved_queue,
+};

@@ -84,6 +84,35 @@ pub fn is_reserved_queue(queue: &str) -> bool {
     queue.starts_with(RESERVED_PREFIX)
 }
 
+/// Whether workers may claim from `queue`: not a relay's reserved queue, and a name some
+/// schedule could target (not empty, no NUL, at most 200 bytes). A looser rule than creation's
+/// ([`Target::from_queue`]): a worker polling a name no schedule can have is misconfigured and
+/// hears so, rather than wait forever.
+///
+/// # Errors
+///
+/// What makes `queue` one no worker can claim from.
+pub fn check_claimable_queue(queue: &str) -> Result<(), TargetError> {
+    if is_reserved_queue(queue) {
+        return Err(TargetError(format!(
+            "queue {queue:?} is reserved: the relay delivers its occurrences, workers cannot \
+             claim them"
+        )));
+    }
+    if queue.is_empty() || queue.contains('\0') {
+        return Err(TargetError(format!(
+            "queue {queue:?}: no schedule can target an empty queue name or one with NUL"
+        )));
+    }
+    if queue.len() > 200 {
+        return Err(TargetError(format!(
+            "queue names are at most 200 bytes ({} given): no schedule can target this queue",
+            queue.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Invisible format characters: a name holding one looks like another name without it (the
 /// soft hyphen, zero-width spaces and joiners, bidirectional controls, the word joiner and
 /// invisible operators, the byte-order mark).

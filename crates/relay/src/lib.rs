@@ -21,8 +21,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use campanile_core::{ErrorClass, Target};
 use campanile_store::{
-    Ack, Claimed, Finish, FinishItem, OccurrenceFinishMany, RelayClaim, Relayed, Store, StoreError,
-    TenantId,
+    Finish, FinishItem, OccurrenceFinishMany, RelayClaim, Relayed, Store, StoreError, TenantId,
 };
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
@@ -211,7 +210,7 @@ impl Relay {
         // One count per run of a tenant's rows (the relay claims across tenants).
         for run in claimed.chunk_by(|a, b| a.tenant == b.tenant) {
             let class = self.classes.class_of(run[0].tenant).await;
-            Claimed::count(&class, run.iter().map(|r| &r.claim));
+            campanile_metrics::record_claims(&class, run.iter().map(|r| &r.claim));
         }
         // Send every message first, then wait for all the acknowledgements at once, under one
         // deadline well inside the lease: a broker that stops answering mid-batch costs this
@@ -298,7 +297,7 @@ impl Relay {
                 })
                 .await
             {
-                Ok(acks) => report.stale += Ack::count_outcomes(&acks, succeeded),
+                Ok(acks) => report.stale += campanile_metrics::record_outcomes(&acks, succeeded),
                 Err(e) => {
                     tracing::warn!(tenant = tenant.0, error = %e, "relay: outcomes not recorded");
                     report.unrecorded += succeeded.len() as u64;

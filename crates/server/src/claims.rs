@@ -212,26 +212,7 @@ pub(crate) fn checked_claim(
     lease_seconds: Option<i64>,
     key: Option<ClaimKey>,
 ) -> Result<OccurrenceClaim, ApiError> {
-    if campanile_core::is_reserved_queue(&queue) {
-        return Err(ApiError::invalid(format!(
-            "queue {queue:?} is reserved: the relay delivers its occurrences, workers cannot \
-             claim them"
-        )));
-    }
-    // No schedule can target an empty name, a longer one or one with NUL (creation refuses
-    // them since the first release): a worker polling one is misconfigured and should hear
-    // so, not wait forever.
-    if queue.is_empty() || queue.contains('\0') {
-        return Err(ApiError::invalid(format!(
-            "queue {queue:?}: no schedule can target an empty queue name or one with NUL"
-        )));
-    }
-    if queue.len() > 200 {
-        return Err(ApiError::invalid(format!(
-            "queue names are at most 200 bytes ({} given): no schedule can target this queue",
-            queue.len()
-        )));
-    }
+    campanile_core::check_claimable_queue(&queue).map_err(|e| ApiError::invalid(e.0))?;
     let max = max.unwrap_or(1);
     if !(1..=1000).contains(&max) {
         return Err(ApiError::invalid("max must be between 1 and 1000"));
@@ -259,7 +240,7 @@ pub(crate) async fn claimed_out(
     tenant: TenantId,
     got: Vec<Claimed>,
 ) -> Vec<ClaimedOut> {
-    Claimed::count(&state.classes.class_of(tenant).await, got.iter());
+    campanile_metrics::record_claims(&state.classes.class_of(tenant).await, got.iter());
     got.into_iter()
         .map(|c| ClaimedOut {
             id: c.id,

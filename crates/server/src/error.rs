@@ -17,6 +17,20 @@ pub struct ApiError {
     message: String,
     details: Option<serde_json::Value>,
     retry_after: Option<u64>,
+    /// What writing this answer records besides it (a log line, a counter): the conversion
+    /// that made it has no side effects, the response is the edge.
+    record: Option<Box<Record>>,
+}
+
+/// What an error's answer records when it is written.
+#[derive(Debug)]
+enum Record {
+    /// The database did not answer: a warning.
+    Unavailable(String),
+    /// A quota refused the request: `campanile_throttled_requests_total{quota}`.
+    Throttled(&'static str),
+    /// An unexpected store error, hidden from the client: an error line with the cause.
+    Internal(String),
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -40,6 +54,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            record: None,
         }
     }
 
@@ -147,6 +162,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        match self.record.as_deref() {
+            Some(Record::Unavailable(m)) => tracing::warn!(error = %m, "database unavailable"),
+            Some(Record::Throttled(quota)) => {
+                metrics::counter!("campanile_throttled_requests_total", "quota" => *quota)
+                    .increment(1);
+            }
+            Some(Record::Internal(m)) => tracing::error!(error = %m, "store error"),
+            None => {}
+        }
         let body = ErrorBody {
             code: self.code.to_string(),
             message: self.message,
@@ -173,10 +197,10 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {
             StoreError::Unavailable(m) => {
-                tracing::warn!(error = %m, "database unavailable");
                 // A client waits a moment rather than retry at once into the same outage.
                 let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later");
                 e.retry_after = Some(2);
+                e.record = Some(Box::new(Record::Unavailable(m)));
                 e
             }
             // The database's view of the cluster: no node's mark is valid (an outage not yet
@@ -200,13 +224,15 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyExists(m) => ApiError::new(StatusCode::CONFLICT, "already_exists", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
             StoreError::QuotaExceeded { quota, message } => {
-                metrics::counter!("campanile_throttled_requests_total", "quota" => quota.as_str())
-                    .increment(1);
-                ApiError::quota_exceeded(quota, message)
+                let mut e = ApiError::quota_exceeded(quota, message);
+                e.record = Some(Box::new(Record::Throttled(quota.as_str())));
+                e
             }
             other => {
-                tracing::error!(error = %other, "store error");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+                let mut e =
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error");
+                e.record = Some(Box::new(Record::Internal(other.to_string())));
+                e
             }
         }
     }

@@ -257,7 +257,7 @@ pub(crate) async fn finish_one(
             now: None,
         })
         .await?;
-    Ack::count_outcomes(&acks, [succeeded]);
+    campanile_metrics::record_outcomes(&acks, [succeeded]);
     let ack = acks
         .into_iter()
         .next()
@@ -526,7 +526,7 @@ pub(crate) async fn completions(
             claim.map(|_| Vec::new()),
         ),
     };
-    Ack::count_outcomes(&acks, succeeded);
+    campanile_metrics::record_outcomes(&acks, succeeded);
     let mut claimed_truncated = false;
     let claimed = match got {
         Some(got) => {
