@@ -84,10 +84,7 @@ impl Drop for Scratch {
 /// `serve` that is then stopped: the database URL and the default tenant's key. `None` (with
 /// a notice) when the variable is unset.
 fn set_up() -> Option<(Scratch, String, String)> {
-    let Ok(base) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set");
-        return None;
-    };
+    let base = campanile_testkit::pg_url("serve during its first planning pass")?;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
     let (admin, conn) = rt

@@ -8,7 +8,6 @@ use campanile_core::{Misfire, Overlap};
 use campanile_planner::schedules::Schedules;
 use campanile_planner::{Planner, PlannerConfig};
 use campanile_store::*;
-use campanile_store_postgres::{PgOptions, PgStore};
 use campanile_store_sqlite::SqliteStore;
 use jiff::{SignedDuration, Timestamp};
 
@@ -19,8 +18,8 @@ pub(crate) struct Env {
 }
 
 pub(crate) async fn sqlite() -> Option<Env> {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("planner.db")).unwrap());
+    let (store, dir) = campanile_testkit::sqlite_store();
+    let store: Arc<dyn Store> = Arc::new(store);
     let tenant = store
         .tenant_create(TenantCreate {
             name: "acme".into(),
@@ -56,20 +55,8 @@ pub(crate) async fn sqlite_at(path: &std::path::Path) -> Env {
 
 /// A PostgreSQL store in a fresh schema, with the schema's name for child processes.
 pub(crate) async fn postgres_named() -> Option<(Env, String)> {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL planner test)");
-        return None;
-    };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let pg = PgStore::connect_with(
-        &url,
-        PgOptions {
-            schema: Some(schema.clone()),
-            pool_size: 10,
-        },
-    )
-    .await
-    .unwrap();
+    let url = campanile_testkit::pg_url("PostgreSQL planner test")?;
+    let (pg, schema) = campanile_testkit::pg_store(&url, 10).await;
     let store: Arc<dyn Store> = Arc::new(pg.clone());
     let tenant = store
         .tenant_create(TenantCreate {
@@ -90,34 +77,7 @@ pub(crate) async fn postgres_named() -> Option<(Env, String)> {
 }
 
 pub(crate) async fn postgres() -> Option<Env> {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL planner test)");
-        return None;
-    };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let pg = PgStore::connect_with(
-        &url,
-        PgOptions {
-            schema: Some(schema),
-            pool_size: 10,
-        },
-    )
-    .await
-    .unwrap();
-    let store: Arc<dyn Store> = Arc::new(pg.clone());
-    let tenant = store
-        .tenant_create(TenantCreate {
-            name: "acme".into(),
-            now: None,
-        })
-        .await
-        .unwrap()
-        .id;
-    Some(Env {
-        store,
-        tenant,
-        _guard: Box::new(pg.drop_schema_on_drop()),
-    })
+    postgres_named().await.map(|(env, _)| env)
 }
 
 /// Runs an `async fn(Env)` test body on SQLite and on PostgreSQL.

@@ -11,8 +11,6 @@ use async_nats::jetstream;
 use campanile_core::{ErrorClass, Misfire, OccurrenceId, OccurrenceState, Overlap, ScheduleId};
 use campanile_relay::{Relay, RelayConfig};
 use campanile_store::*;
-use campanile_store_postgres::{PgOptions, PgStore};
-use campanile_store_sqlite::SqliteStore;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
@@ -34,30 +32,15 @@ struct Env {
 
 impl Env {
     async fn new(backend: &str) -> Option<Env> {
-        let Ok(nats) = std::env::var("CAMPANILE_TEST_NATS_URL") else {
-            eprintln!("skipped: CAMPANILE_TEST_NATS_URL is not set (relay test)");
-            return None;
-        };
+        let nats = campanile_testkit::nats_url("relay test")?;
         let (store, guard): (Arc<dyn Store>, Box<dyn std::any::Any + Send>) = match backend {
             "sqlite" => {
-                let dir = tempfile::tempdir().unwrap();
-                let s = SqliteStore::open(dir.path().join("relay.db")).unwrap();
+                let (s, dir) = campanile_testkit::sqlite_store();
                 (Arc::new(s), Box::new(dir))
             }
             _ => {
-                let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-                    eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL relay test)");
-                    return None;
-                };
-                let pg = PgStore::connect_with(
-                    &url,
-                    PgOptions {
-                        schema: Some(format!("t_{}", Uuid::now_v7().simple())),
-                        pool_size: 4,
-                    },
-                )
-                .await
-                .unwrap();
+                let url = campanile_testkit::pg_url("PostgreSQL relay test")?;
+                let (pg, _) = campanile_testkit::pg_store(&url, 4).await;
                 (Arc::new(pg.clone()), Box::new(pg.drop_schema_on_drop()))
             }
         };

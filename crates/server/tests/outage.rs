@@ -109,8 +109,7 @@ async fn status(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_outage_is_a_503_and_recovery_is_automatic() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (database outage test)");
+    let Some(url) = campanile_testkit::pg_url("database outage test") else {
         return;
     };
     let cfg: tokio_postgres_config::Config = url.parse().unwrap();

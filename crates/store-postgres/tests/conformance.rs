@@ -4,35 +4,17 @@
 use std::sync::Arc;
 
 use campanile_conformance::Harness;
-use campanile_store_postgres::{Autovacuum, PgOptions, PgStore};
+use campanile_store_postgres::Autovacuum;
 
 /// A store in a schema of its own, with the URL and the schema's name.
 async fn in_new_schema() -> Option<(String, String, Harness)> {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL conformance)");
-        return None;
-    };
-    let (schema, store) = connect_in_new_schema(&url).await;
+    let url = campanile_testkit::pg_url("PostgreSQL conformance")?;
+    let (store, schema) = campanile_testkit::pg_store(&url, 10).await;
     let h = Harness {
         store: Arc::new(store.clone()),
         guard: Box::new(store.drop_schema_on_drop()),
     };
     Some((url, schema, h))
-}
-
-/// A store at `url` in a new schema of its own, and the schema's name.
-async fn connect_in_new_schema(url: &str) -> (String, PgStore) {
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let store = PgStore::connect_with(
-        url,
-        PgOptions {
-            schema: Some(schema.clone()),
-            pool_size: 10,
-        },
-    )
-    .await
-    .expect("connect to PostgreSQL");
-    (schema, store)
 }
 
 /// A connection of its own to the test database (closed when dropped).
@@ -142,7 +124,7 @@ fn tells_whether_autovacuum_covers_the_occurrences_table() {
         return;
     };
     rt.block_on(async {
-        let (schema, store) = connect_in_new_schema(&url).await;
+        let (store, schema) = campanile_testkit::pg_store(&url, 10).await;
         let _guard = store.clone().drop_schema_on_drop();
         let c = session(&url).await;
         let server: String = c

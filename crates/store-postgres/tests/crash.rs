@@ -33,8 +33,7 @@ fn crash_child() {
 
 #[test]
 fn sigkill_mid_claim_leaves_whole_batches_or_none() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL crash test)");
+    let Some(url) = campanile_testkit::pg_url("PostgreSQL crash test") else {
         return;
     };
     let rt = runtime();

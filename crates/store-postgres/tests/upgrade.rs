@@ -68,11 +68,8 @@ async fn old_schema(url: &str, schema: &str, queue: &str, below: i64) -> tokio_p
 /// A fresh schema at the version before `below` (see [`old_schema`]), with the test database's
 /// URL and the schema's name; `None`, with a notice, when `CAMPANILE_TEST_PG_URL` is not set.
 async fn old_database(queue: &str, below: i64) -> Option<(String, String, tokio_postgres::Client)> {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL upgrade test)");
-        return None;
-    };
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let url = campanile_testkit::pg_url("PostgreSQL upgrade test")?;
+    let schema = campanile_testkit::new_schema();
     let c = old_schema(&url, &schema, queue, below).await;
     Some((url, schema, c))
 }

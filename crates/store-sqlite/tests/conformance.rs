@@ -6,8 +6,7 @@ use campanile_conformance::Harness;
 use campanile_store_sqlite::SqliteStore;
 
 async fn sqlite() -> Option<Harness> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(dir.path().join("campanile.db")).expect("open");
+    let (store, dir) = campanile_testkit::sqlite_store();
     Some(Harness {
         store: Arc::new(store),
         guard: Box::new(dir),
