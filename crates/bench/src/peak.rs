@@ -226,12 +226,10 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
                         shards: all.to_vec(),
                     })
                     .await
+                    && next.is_none_or(|n| n > due)
                 {
-                    if next.is_none_or(|n| n > due) {
-                        *planned_at.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(Timestamp::now());
-                        return;
-                    }
+                    *planned_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timestamp::now());
+                    return;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }

@@ -703,3 +703,83 @@ pub fn racing_claimers_keep_overlap_policies(rt: &Runtime, h: Harness) {
         }
     });
 }
+
+/// Every backend refuses, at its front door, a request that breaks the store's rules
+/// ([`campanile_store::rules`]) — a claim of no occurrence or of more than 1,000, a lease that
+/// is not positive or longer than a day, a blank or NUL worker id, the relay's reserved queue;
+/// a renewal or a report from a blank worker — and nothing is claimed or written.
+pub fn requests_breaking_the_rules_are_refused_by_every_backend(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let ids = insert(s, &f, vec![new_occ(&f, "q", secs(1), 3)]).await;
+        let base = claim_params(&f, "q", "w", 1, None, None, secs(5));
+        let day = campanile_store::rules::LEASE_MAX;
+        let refused = [
+            OccurrenceClaim {
+                max: 0,
+                ..base.clone()
+            },
+            OccurrenceClaim {
+                max: 1001,
+                ..base.clone()
+            },
+            OccurrenceClaim {
+                lease: Some(SignedDuration::ZERO),
+                ..base.clone()
+            },
+            OccurrenceClaim {
+                lease: Some(day + SignedDuration::from_millis(1)),
+                ..base.clone()
+            },
+            OccurrenceClaim {
+                worker_id: " ".into(),
+                ..base.clone()
+            },
+            OccurrenceClaim {
+                worker_id: "a\0b".into(),
+                ..base.clone()
+            },
+            OccurrenceClaim {
+                queue: "$nats.x".into(),
+                ..base.clone()
+            },
+        ];
+        for p in refused {
+            let what = format!("{p:?}");
+            assert!(
+                matches!(s.occurrence_claim(p).await, Err(StoreError::Invalid(_))),
+                "{what}"
+            );
+        }
+        let renew = s
+            .lease_renew(LeaseRenew {
+                tenant: f.tenant,
+                worker_id: "w".into(),
+                leases: vec![],
+                lease: Some(SignedDuration::ZERO),
+                now: Some(secs(5)),
+            })
+            .await;
+        assert!(matches!(renew, Err(StoreError::Invalid(_))), "{renew:?}");
+        let report = s
+            .occurrence_finish_many(OccurrenceFinishMany {
+                tenant: f.tenant,
+                worker_id: "".into(),
+                items: vec![],
+                now: Some(secs(5)),
+            })
+            .await;
+        assert!(matches!(report, Err(StoreError::Invalid(_))), "{report:?}");
+        // Nothing was claimed: the one occurrence is still there for a claim that keeps them,
+        // with the longest lease allowed.
+        let got = s
+            .occurrence_claim(OccurrenceClaim {
+                lease: Some(day),
+                ..base
+            })
+            .await
+            .unwrap();
+        assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), ids);
+    });
+}

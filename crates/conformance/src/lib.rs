@@ -72,7 +72,8 @@ macro_rules! conformance_tests {
             racing_claimers_keep_overlap_policies,
             idempotency_reservations_are_taken_over_only_when_nothing_was_created,
             reports_that_claim_more_work_run_each_occurrence_once,
-            a_claim_sent_again_answers_what_it_claimed, a_claim_answer_keeps_to_its_size_bound);
+            a_claim_sent_again_answers_what_it_claimed, a_claim_answer_keeps_to_its_size_bound,
+            requests_breaking_the_rules_are_refused_by_every_backend);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

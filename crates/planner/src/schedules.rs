@@ -92,19 +92,19 @@ pub fn validate(spec: &ScheduleSpec) -> Result<Calendar, PlannerError> {
     }
     // Occurrence ids sort by planned instant only from 1970 on (`campanile_core::occurrence_id`),
     // and listings read them in that order; a one-off is the only way to plan earlier.
-    if let Timing::At(at) = spec.timing {
-        if at < Timestamp::UNIX_EPOCH {
-            return Err(PlannerError::Invalid(format!(
-                "at: {at} is before 1970-01-01T00:00:00Z; instants that early are not accepted"
-            )));
-        }
+    if let Timing::At(at) = spec.timing
+        && at < Timestamp::UNIX_EPOCH
+    {
+        return Err(PlannerError::Invalid(format!(
+            "at: {at} is before 1970-01-01T00:00:00Z; instants that early are not accepted"
+        )));
     }
-    if let Timing::Every { period, anchor } = spec.timing {
-        if anchor.checked_add(period).is_err() {
-            return Err(PlannerError::Invalid(format!(
-                "every: {period:#} is too long: the schedule would never fire a second time"
-            )));
-        }
+    if let Timing::Every { period, anchor } = spec.timing
+        && anchor.checked_add(period).is_err()
+    {
+        return Err(PlannerError::Invalid(format!(
+            "every: {period:#} is too long: the schedule would never fire a second time"
+        )));
     }
     calendar_of(spec)
 }

@@ -435,7 +435,7 @@ async fn hold_and_claim(
     step: u64,
     held: &mut Vec<Claimed>,
 ) {
-    if step % 2 == 0 {
+    if step.is_multiple_of(2) {
         finish_all(env, "slow", held, now, |_| Finish::Succeeded {
             result: None,
         })

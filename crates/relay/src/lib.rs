@@ -305,10 +305,10 @@ impl Relay {
                 }
             }
         }
-        if let Some(e) = first_error {
-            if report.unrecorded == report.claimed {
-                return Err(e.into());
-            }
+        if let Some(e) = first_error
+            && report.unrecorded == report.claimed
+        {
+            return Err(e.into());
         }
         Ok(report)
     }

@@ -106,11 +106,11 @@ impl AnswerHold {
     /// answer is built, it holds its own size until sent, not the room it was given).
     pub(crate) fn shrink_to(&mut self, bytes: usize) {
         let keep = bytes.div_ceil(UNIT).max(1);
-        if let Some(p) = self.permit.as_mut() {
-            if p.num_permits() > keep {
-                drop(p.split(p.num_permits() - keep));
-                self.gauge.set();
-            }
+        if let Some(p) = self.permit.as_mut()
+            && p.num_permits() > keep
+        {
+            drop(p.split(p.num_permits() - keep));
+            self.gauge.set();
         }
     }
 

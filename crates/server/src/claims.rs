@@ -14,22 +14,7 @@ use crate::body::{JsonBody, PathParams};
 use crate::{ApiError, AppState, ErrorBody};
 
 pub(crate) fn check_worker(worker_id: &str) -> Result<(), ApiError> {
-    if worker_id.trim().is_empty() {
-        return Err(ApiError::invalid("worker_id must not be blank"));
-    }
-    if worker_id.len() > 200 {
-        return Err(ApiError::invalid(format!(
-            "worker_id is at most 200 bytes of UTF-8 ({} given)",
-            worker_id.len()
-        )));
-    }
-    // PostgreSQL cannot store NUL in text (it answered 500); SQLite would store it as given.
-    if worker_id.contains('\0') {
-        return Err(ApiError::invalid(
-            "worker_id must not contain NUL characters",
-        ));
-    }
-    Ok(())
+    Ok(campanile_store::rules::check_worker(worker_id)?)
 }
 
 /// Body of a claim.
@@ -212,28 +197,24 @@ pub(crate) fn checked_claim(
     lease_seconds: Option<i64>,
     key: Option<ClaimKey>,
 ) -> Result<OccurrenceClaim, ApiError> {
-    campanile_core::check_claimable_queue(&queue).map_err(|e| ApiError::invalid(e.0))?;
-    let max = max.unwrap_or(1);
-    if !(1..=1000).contains(&max) {
-        return Err(ApiError::invalid("max must be between 1 and 1000"));
-    }
-    Ok(OccurrenceClaim {
+    let claim = OccurrenceClaim {
         max_bytes: None,
         tenant,
         queue,
         worker_id,
-        max,
+        max: max.unwrap_or(1),
         lease: lease_of(lease_seconds)?,
         key,
         now: None,
-    })
+    };
+    campanile_store::rules::check_claim(&claim)?;
+    Ok(claim)
 }
 
 pub(crate) fn node_is_live(state: &AppState) -> bool {
     state.planner.as_ref().is_none_or(|p| p.is_live())
 }
 
-/// Runs a checked claim and counts what it got.
 /// Counts what a claim got, and answers it.
 pub(crate) async fn claimed_out(
     state: &AppState,
@@ -257,13 +238,16 @@ pub(crate) async fn claimed_out(
         .collect()
 }
 
-/// A lease length asked for in seconds, checked; `None` when not given (the store then grants
-/// each occurrence its schedule's).
+/// A lease length asked for in seconds (`None`: the store grants each occurrence its
+/// schedule's), checked by the store's rule ([`campanile_store::rules::check_lease`]) and
+/// refused in the API's own terms.
 pub(crate) fn lease_of(seconds: Option<i64>) -> Result<Option<SignedDuration>, ApiError> {
-    match seconds {
-        Some(s) if !(1..=86_400).contains(&s) => Err(ApiError::invalid(
-            "lease_seconds must be between 1 and 86400",
-        )),
-        s => Ok(s.map(SignedDuration::from_secs)),
-    }
+    let lease = seconds.map(SignedDuration::from_secs);
+    campanile_store::rules::check_lease(lease).map_err(|_| {
+        ApiError::invalid(format!(
+            "lease_seconds must be between 1 and {}",
+            campanile_store::rules::LEASE_MAX.as_secs()
+        ))
+    })?;
+    Ok(lease)
 }

@@ -184,10 +184,10 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"campanile\""),
             );
         }
-        if let Some(secs) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(secs) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
     }

@@ -80,12 +80,12 @@ pub(crate) async fn list(
     };
     let from = q.from.as_deref().map(|s| instant("from", s)).transpose()?;
     let to = q.to.as_deref().map(|s| instant("to", s)).transpose()?;
-    if let (Some(f), Some(t)) = (from, to) {
-        if f > t {
-            return Err(ApiError::invalid(format!(
-                "from ({f}) is after to ({t}): the range is empty"
-            )));
-        }
+    if let (Some(f), Some(t)) = (from, to)
+        && f > t
+    {
+        return Err(ApiError::invalid(format!(
+            "from ({f}) is after to ({t}): the range is empty"
+        )));
     }
     // A filter, not a path: a malformed one is bad input (422), not a missing record.
     let schedule_id = q

@@ -370,10 +370,7 @@ impl Store for PgStore {
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
-        check_lease(p.lease)?;
-        if p.max == 0 {
-            return Ok(Vec::new());
-        }
+        rules::check_claim(&p)?;
         if p.key.is_some_and(|k| k.resent) {
             let held = self.occurrence_claimed_with_key(p.clone()).await?;
             if !held.is_empty() {
@@ -400,7 +397,7 @@ impl Store for PgStore {
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
-        check_lease(Some(p.lease))?;
+        rules::check_lease(Some(p.lease))?;
         if p.max == 0 {
             return Ok(Vec::new());
         }
@@ -408,7 +405,7 @@ impl Store for PgStore {
     }
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
-        check_lease(p.lease)?;
+        rules::check_renew(&p)?;
         lease::lease_renew(&self.client().await?, p).await
     }
 
@@ -416,6 +413,7 @@ impl Store for PgStore {
         &self,
         p: OccurrenceFinishMany,
     ) -> Result<Vec<Ack>, StoreError> {
+        rules::check_finish(&p)?;
         if finish::only_successes(&p) {
             let key = (p.tenant.0, p.now.map(|t| t.as_millisecond()));
             return self.successes.call(key, p).await;
@@ -428,6 +426,7 @@ impl Store for PgStore {
         finish: OccurrenceFinishMany,
         claim: OccurrenceClaim,
     ) -> Result<(Vec<Ack>, Result<Vec<Claimed>, StoreError>), StoreError> {
+        rules::check_finish(&finish)?;
         // Small reports of successes with a plain claim of the same tenant share one
         // transaction; anything else (failures, a lease the store must refuse, large batches)
         // goes the separate ways. Large batches gain nothing from saving a commit and lose
@@ -439,8 +438,7 @@ impl Store for PgStore {
             && claim.max as usize <= SHARED_REPORT_MAX
             && finish.tenant == claim.tenant
             && finish.now == claim.now
-            && claim.max > 0
-            && claim.lease.is_none_or(|l| l > jiff::SignedDuration::ZERO)
+            && rules::check_claim(&claim).is_ok()
             && !claim.key.is_some_and(|k| k.resent);
         if !shareable {
             let acks = self.occurrence_finish_many(finish).await?;

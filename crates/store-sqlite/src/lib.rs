@@ -226,10 +226,7 @@ impl Store for SqliteStore {
     }
 
     async fn occurrence_claim(&self, p: OccurrenceClaim) -> Result<Vec<Claimed>, StoreError> {
-        check_lease(p.lease)?;
-        if p.max == 0 {
-            return Ok(Vec::new());
-        }
+        rules::check_claim(&p)?;
         // A claim sent again: what its key holds comes first, read on a reader (a first
         // sending that has committed is visible there) so that the writer does not pay for it.
         let resent = p.key.filter(|k| k.resent);
@@ -295,7 +292,7 @@ impl Store for SqliteStore {
     }
 
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError> {
-        check_lease(Some(p.lease))?;
+        rules::check_lease(Some(p.lease))?;
         if p.max == 0 {
             return Ok(Vec::new());
         }
@@ -328,7 +325,7 @@ impl Store for SqliteStore {
 
     async fn lease_renew(&self, p: LeaseRenew) -> Result<Vec<Renewal>, StoreError> {
         let now = self.now(p.now);
-        check_lease(p.lease)?;
+        rules::check_renew(&p)?;
         self.write(move |c| lease::lease_renew(c, &p, now)).await
     }
 
@@ -336,6 +333,7 @@ impl Store for SqliteStore {
         &self,
         p: OccurrenceFinishMany,
     ) -> Result<Vec<Ack>, StoreError> {
+        rules::check_finish(&p)?;
         let now = self.now(p.now);
         self.write(move |c| finish::occurrence_finish_many(c, &p, now))
             .await

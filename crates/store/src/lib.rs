@@ -15,6 +15,7 @@ mod error;
 pub mod fence;
 mod params;
 mod records;
+pub mod rules;
 pub mod upgrade;
 
 pub use answer::{ClaimRoom, payload_answer_bytes};

@@ -607,16 +607,6 @@ pub struct RelayClaim {
     pub now: Option<Timestamp>,
 }
 
-/// A lease length a request names, checked the same way by every backend: positive.
-pub fn check_lease(lease: Option<SignedDuration>) -> Result<(), crate::StoreError> {
-    match lease {
-        Some(l) if l <= SignedDuration::ZERO => {
-            Err(crate::StoreError::Invalid("lease must be positive".into()))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Params of [`crate::Store::tenant_by_name`].
 #[derive(Debug, Clone)]
 pub struct TenantByName {
