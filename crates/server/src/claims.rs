@@ -128,8 +128,7 @@ pub(crate) async fn claim(
         }
         held
     };
-    let truncated = cut_short(&state, &hold, max, &got);
-    hold.shrink_to(answer_bytes(&got));
+    let truncated = settle(&state, &mut hold, max, &got);
     let out = ClaimOut {
         occurrences: claimed_out(&state, tenant, got).await,
         truncated,
@@ -153,24 +152,23 @@ pub(crate) async fn claim_hold(
     hold
 }
 
-/// What `got` counts against its claim's size bound.
-pub(crate) fn answer_bytes(got: &[Claimed]) -> usize {
-    got.iter()
-        .map(|c| usize::try_from(c.answer_bytes()).unwrap_or(usize::MAX))
-        .fold(0, usize::saturating_add)
-}
-
-/// Whether a claim of `max` that answered `got` within `hold` may have stopped at its size
-/// bound: fewer than `max`, and the next occurrence (of a payload up to the largest request
-/// body) might not have fit.
-pub(crate) fn cut_short(
+/// Settles a claim's `hold` to what its answer `got` takes, and says whether the claim (of
+/// `max`) may have stopped at its size bound: fewer than `max`, and the next occurrence (of a
+/// payload up to the largest request body) might not have fit.
+pub(crate) fn settle(
     state: &AppState,
-    hold: &crate::answers::AnswerHold,
+    hold: &mut crate::answers::AnswerHold,
     max: u32,
     got: &[Claimed],
 ) -> bool {
+    let bytes = got
+        .iter()
+        .map(|c| usize::try_from(c.answer_bytes()).unwrap_or(usize::MAX))
+        .fold(0, usize::saturating_add);
     let record = state.max_body_bytes + campanile_store::CLAIM_RECORD_BYTES as usize;
-    got.len() < max as usize && answer_bytes(got).saturating_add(record) > hold.bytes()
+    let truncated = got.len() < max as usize && bytes.saturating_add(record) > hold.bytes();
+    hold.shrink_to(bytes);
+    truncated
 }
 
 /// A claim's key as given, checked: `resent` means nothing without the key it resends.

@@ -16,8 +16,8 @@ use utoipa::ToSchema;
 use crate::auth::Caller;
 use crate::body::{JsonBody, PathParams};
 use crate::claims::{
-    ClaimedOut, answer_bytes, check_worker, checked_claim, claim_hold, claim_key, claimed_out,
-    cut_short, lease_of, node_is_live,
+    ClaimedOut, check_worker, checked_claim, claim_hold, claim_key, claimed_out, lease_of,
+    node_is_live, settle,
 };
 use crate::occurrences::parse_occurrence_id;
 use crate::{ApiError, AppState, ErrorBody};
@@ -531,8 +531,7 @@ pub(crate) async fn completions(
     let claimed = match got {
         Some(got) => {
             if let Some(hold) = hold.as_mut() {
-                claimed_truncated = cut_short(&state, hold, max, &got);
-                hold.shrink_to(answer_bytes(&got));
+                claimed_truncated = settle(&state, hold, max, &got);
             }
             Some(claimed_out(&state, caller.tenant, got).await)
         }
