@@ -68,7 +68,27 @@ pub(crate) enum TenantCommand {
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
     },
-    /// List tenants: name, creation time and class, tab-separated.
+    /// Set how long a tenant's finished occurrences stay in the database before retention
+    /// archives and removes them: `--days N`, `--forever`, or `--default` (the serving
+    /// node's `--retention-days`).
+    Retention {
+        /// The tenant's name.
+        name: String,
+        /// Keep finished occurrences this many days (1-36500).
+        #[arg(long, conflicts_with_all = ["forever", "default"], required_unless_present_any = ["forever", "default"])]
+        days: Option<u32>,
+        /// Keep them forever.
+        #[arg(long, conflicts_with = "default")]
+        forever: bool,
+        /// Follow the operator's default.
+        #[arg(long)]
+        default: bool,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// List tenants: name, creation time, class and retention (`default`, `forever`, or
+    /// days as `14d`), tab-separated.
     List {
         /// SQLite file path, or a postgres:// URL.
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
@@ -115,6 +135,19 @@ fn store_err(e: campanile_store::StoreError) -> CliError {
         }
         campanile_store::StoreError::Invalid(m) => CliError::usage(m),
         other => CliError::runtime(other.to_string()),
+    }
+}
+
+/// A retention as `tenant list` shows it: `default`, `forever`, `14d`, or seconds (`90s`)
+/// when not whole days.
+pub(crate) fn retention_text(r: campanile_store::Retention) -> String {
+    match r {
+        campanile_store::Retention::Default => "default".into(),
+        campanile_store::Retention::Forever => "forever".into(),
+        campanile_store::Retention::For(d) if d.as_secs() % 86_400 == 0 => {
+            format!("{}d", d.as_secs() / 86_400)
+        }
+        campanile_store::Retention::For(d) => format!("{}s", d.as_secs()),
     }
 }
 
@@ -245,8 +278,43 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
             TenantCommand::List { database } => {
                 let store = db::open(&database, None).await?;
                 for t in store.tenant_list().await.map_err(store_err)? {
-                    println!("{}\t{}\t{}", t.name, t.created_at, t.class);
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        t.name,
+                        t.created_at,
+                        t.class,
+                        retention_text(t.retention)
+                    );
                 }
+            }
+            TenantCommand::Retention {
+                name,
+                days,
+                forever,
+                default: _,
+                database,
+            } => {
+                let retention = match (days, forever) {
+                    (Some(d), _) if !(1..=36_500).contains(&d) => {
+                        return Err(CliError::usage(
+                            "--days must be between 1 and 36500 (use --forever to keep history forever)",
+                        ));
+                    }
+                    (Some(d), _) => campanile_store::Retention::For(
+                        jiff::SignedDuration::from_hours(i64::from(d) * 24),
+                    ),
+                    (None, true) => campanile_store::Retention::Forever,
+                    (None, false) => campanile_store::Retention::Default,
+                };
+                let store = db::open(&database, None).await?;
+                let tenant = tenant_named(store.as_ref(), &name).await?;
+                store
+                    .tenant_retention_set(campanile_store::TenantRetentionSet {
+                        tenant: tenant.id,
+                        retention,
+                    })
+                    .await
+                    .map_err(store_err)?;
             }
         }
         Ok(())

@@ -1,13 +1,14 @@
 //! `campanile reconcile`: offline, for one tenant and a time range, recompute from every
 //! schedule version and its calendar the occurrences that should exist, and classify each as
-//! succeeded, failed, canceled, missed, skipped, pending, not planned yet — or missing (a bug).
+//! succeeded, failed, canceled, missed, skipped, pending, archived, not planned yet — or missing
+//! (a bug).
 //! Exit status 3 when anything is missing or unexpected, or a schedule could not be checked
 //! over the whole range.
 
 use std::collections::BTreeMap;
 
 use campanile_core::ScheduleId;
-use campanile_planner::reconcile::{Class, Finding, Range, Reconciliation, reconcile};
+use campanile_planner::reconcile::{Class, Finding, Range, Reconciliation, Shortfall, reconcile};
 use campanile_store::{ScheduleList, Store, TenantByName, TenantId};
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
@@ -169,6 +170,7 @@ struct Report<'a> {
     stalled: Vec<(ScheduleId, &'a Finding)>,
     unexpected: Vec<(ScheduleId, &'a Finding)>,
     truncated: Vec<&'a Reconciliation>,
+    shortfall: Vec<(ScheduleId, &'a Shortfall)>,
     unreadable: Vec<(ScheduleId, String)>,
 }
 
@@ -179,6 +181,7 @@ impl<'a> Report<'a> {
             && self.stalled.is_empty()
             && self.unexpected.is_empty()
             && self.truncated.is_empty()
+            && self.shortfall.is_empty()
             && self.unreadable.is_empty()
     }
 
@@ -205,6 +208,10 @@ impl<'a> Report<'a> {
                 .flat_map(|r| r.unexpected.iter().map(move |f| (r.schedule_id, f)))
                 .collect(),
             truncated: results.iter().filter(|r| r.truncated).collect(),
+            shortfall: results
+                .iter()
+                .flat_map(|r| r.archive_shortfall.iter().map(move |f| (r.schedule_id, f)))
+                .collect(),
             unreadable,
         }
     }
@@ -249,6 +256,12 @@ impl<'a> Report<'a> {
                 r.schedule_id.0, r.covered_to
             );
         }
+        for (id, f) in self.shortfall.iter().take(LISTED) {
+            println!(
+                "SHORTFALL   schedule {} day {}: {} instants have no row, retention archived {}",
+                id.0, f.day, f.instants, f.archived
+            );
+        }
         for (id, e) in &self.unreadable {
             println!("UNREADABLE  schedule {}: {e}", id.0);
         }
@@ -288,6 +301,12 @@ impl<'a> Report<'a> {
             "truncated": self.truncated.iter().map(|r| json!({
                 "schedule_id": r.schedule_id.0,
                 "covered_to": r.covered_to.to_string(),
+            })).collect::<Vec<_>>(),
+            "archive_shortfall": self.shortfall.iter().map(|(id, f)| json!({
+                "schedule_id": id.0,
+                "day": f.day.to_string(),
+                "instants": f.instants,
+                "archived": f.archived,
             })).collect::<Vec<_>>(),
             "unreadable": self.unreadable.iter().map(|(id, e)| json!({
                 "schedule_id": id.0,

@@ -63,9 +63,24 @@ pub(crate) struct ServeArgs {
     /// built; at least 16 (one whole answer being built) [default: 64].
     #[arg(long, env = "CAMPANILE_ANSWER_MEMORY_MIB")]
     answer_memory_mib: Option<usize>,
+    /// Days a tenant's finished occurrences stay in the database before they are archived
+    /// and removed, for tenants without a retention of their own (`campanile tenant
+    /// retention`); 0 keeps them forever [default: 14].
+    #[arg(long, env = "CAMPANILE_RETENTION_DAYS")]
+    retention_days: Option<u32>,
+    /// Where retention writes its archive: gzip-compressed JSON Lines files per tenant and
+    /// day [default: `campanile-archive` beside the SQLite file, or in the working directory
+    /// for PostgreSQL].
+    #[arg(long, env = "CAMPANILE_ARCHIVE_DIR")]
+    archive_dir: Option<std::path::PathBuf>,
+    /// Remove finished history under retention without archiving it (only the per-day counts
+    /// stay in the database).
+    #[arg(long, env = "CAMPANILE_NO_ARCHIVE")]
+    no_archive: bool,
     /// A TOML file with any of: listen, database, shards, max_body_bytes, nats_url,
     /// key_cache_ms, header_read_timeout, body_read_timeout, max_connections,
-    /// shutdown_timeout, send_timeout, answer_memory_mib.
+    /// shutdown_timeout, send_timeout, answer_memory_mib, retention_days, archive_dir,
+    /// no_archive.
     #[arg(long, env = "CAMPANILE_CONFIG")]
     config: Option<std::path::PathBuf>,
 }
@@ -86,6 +101,9 @@ struct FileConfig {
     shutdown_timeout: Option<u64>,
     send_timeout: Option<u64>,
     answer_memory_mib: Option<usize>,
+    retention_days: Option<u32>,
+    archive_dir: Option<std::path::PathBuf>,
+    no_archive: Option<bool>,
 }
 
 /// The resolved settings.
@@ -99,6 +117,8 @@ struct Settings {
     key_cache: std::time::Duration,
     answer_memory: usize,
     http: campanile_server::http::HttpLimits,
+    retention: Option<jiff::SignedDuration>,
+    archive: Option<std::path::PathBuf>,
 }
 
 fn settings(args: ServeArgs) -> Result<Settings, CliError> {
@@ -123,15 +143,36 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
         }
         Some(mib) => mib << 20,
     };
+    let retention = match args.retention_days.or(file.retention_days).unwrap_or(14) {
+        0 => None,
+        days if days > 36_500 => {
+            return Err(CliError::usage(
+                "--retention-days must be at most 36500 (100 years); 0 keeps history forever",
+            ));
+        }
+        days => Some(jiff::SignedDuration::from_hours(i64::from(days) * 24)),
+    };
+    let database = args
+        .database
+        .clone()
+        .or(file.database.clone())
+        .unwrap_or_else(|| "./campanile.db".into());
+    let archive = if args.no_archive || file.no_archive == Some(true) {
+        None
+    } else {
+        Some(
+            args.archive_dir
+                .clone()
+                .or(file.archive_dir.clone())
+                .unwrap_or_else(|| default_archive_dir(&database)),
+        )
+    };
     let default_listen: SocketAddr = "127.0.0.1:7070"
         .parse()
         .map_err(|e| CliError::runtime(format!("{e}")))?;
     Ok(Settings {
         listen: args.listen.or(file.listen).unwrap_or(default_listen),
-        database: args
-            .database
-            .or(file.database)
-            .unwrap_or_else(|| "./campanile.db".into()),
+        database,
         shards: args.shards.or(file.shards).unwrap_or(16),
         max_body_bytes: args
             .max_body_bytes
@@ -143,7 +184,21 @@ fn settings(args: ServeArgs) -> Result<Settings, CliError> {
         ),
         answer_memory,
         http,
+        retention,
+        archive,
     })
+}
+
+/// `campanile-archive` beside the SQLite file, or in the working directory for PostgreSQL.
+fn default_archive_dir(database: &str) -> std::path::PathBuf {
+    let here = std::path::PathBuf::from("campanile-archive");
+    if db::is_postgres(database) {
+        return here;
+    }
+    match std::path::Path::new(database).parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join("campanile-archive"),
+        _ => here,
+    }
 }
 
 /// The HTTP limits from the flags, the config file and the defaults.
@@ -366,6 +421,17 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         tracing::info!(nats = %db::redact(&url), "relaying external targets to NATS JetStream");
         campanile_relay::spawn(relay)
     });
+    let retention = {
+        let mut cfg = campanile_retention::RetentionConfig::new(node.clone());
+        cfg.default_retention = args.retention;
+        cfg.archive = args.archive.clone().map(campanile_retention::Archive::new);
+        tracing::info!(
+            default_days = args.retention.map(|d| d.as_hours() / 24),
+            archive = %args.archive.as_ref().map_or("none".into(), |a| a.display().to_string()),
+            "retention"
+        );
+        campanile_retention::spawn(campanile_retention::Retention::new(Arc::clone(&store), cfg))
+    };
     let cfg = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         shards: args.shards,
@@ -398,6 +464,9 @@ async fn serve(args: Settings) -> Result<(), CliError> {
         let _ = stop.send(true);
         let _ = task.await;
     }
+    // A batch cut short stays open and is finished by the next pass, here or on another node.
+    let _ = retention.0.send(true);
+    let _ = retention.1.await;
     engine.shutdown().await;
     served.map_err(|e| CliError::runtime(format!("server failed: {e}")))?;
     tracing::info!("campanile stopped");

@@ -327,7 +327,54 @@ fn tenant_and_key_admin() {
     let o = campanile(&["tenant", "class", "acme", "pro", "--database", db]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = campanile(&["tenant", "list", "--database", db]);
-    assert!(stdout(&o).trim_end().ends_with("\tpro"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).trim_end().ends_with("\tpro\tdefault"),
+        "{}",
+        stdout(&o)
+    );
+    // A retention: days, forever, or back to the operator's default; list shows it.
+    for (args, shown) in [
+        (&["--days", "30"][..], "\t30d"),
+        (&["--forever"][..], "\tforever"),
+        (&["--default"][..], "\tdefault"),
+    ] {
+        let o = campanile(
+            &[
+                &["tenant", "retention", "acme"][..],
+                args,
+                &["--database", db],
+            ]
+            .concat(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = campanile(&["tenant", "list", "--database", db]);
+        assert!(stdout(&o).trim_end().ends_with(shown), "{}", stdout(&o));
+    }
+    for bad in [
+        &["--days", "0"][..],
+        &[][..],
+        &["--days", "3", "--forever"][..],
+    ] {
+        let o = campanile(
+            &[
+                &["tenant", "retention", "acme"][..],
+                bad,
+                &["--database", db],
+            ]
+            .concat(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+    }
+    let o = campanile(&[
+        "tenant",
+        "retention",
+        "nobody",
+        "--days",
+        "3",
+        "--database",
+        db,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let o = campanile(&["tenant", "class", "acme", "Pro!", "--database", db]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("lower-case"), "{}", stderr(&o));

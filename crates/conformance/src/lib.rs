@@ -1,7 +1,7 @@
 //! The conformance suite: behaviour every store backend must show, run by each backend's tests
 //! through [`conformance_tests!`]. Organised by what the store does: claims (`claim`), their
 //! answers' size (`answers`), reports and fencing (`fencing`), races between workers (`races`),
-//! the relay (`relay`), resumes after an outage (`resume`) and crashes (`crash`).
+//! the relay (`relay`), resumes after an outage (`resume`), crashes (`crash`) and retention (`retention`).
 //!
 //! Everything here steps time explicitly (`now: Some(..)`), so lease expiry is exact.
 
@@ -17,6 +17,7 @@ mod records;
 mod relay;
 mod resent;
 mod resume;
+mod retention;
 
 pub use answers::*;
 pub use claims::*;
@@ -28,6 +29,7 @@ pub use records::*;
 pub use relay::*;
 pub use resent::*;
 pub use resume::*;
+pub use retention::*;
 
 use std::sync::Arc;
 
@@ -73,7 +75,10 @@ macro_rules! conformance_tests {
             idempotency_reservations_are_taken_over_only_when_nothing_was_created,
             reports_that_claim_more_work_run_each_occurrence_once,
             a_claim_sent_again_answers_what_it_claimed, a_claim_answer_keeps_to_its_size_bound,
-            requests_breaking_the_rules_are_refused_by_every_backend);
+            requests_breaking_the_rules_are_refused_by_every_backend,
+            retention_takes_exactly_the_eligible_occurrences,
+            a_retention_batch_left_open_is_finished_not_chosen_again,
+            a_retention_batch_with_a_redriven_occurrence_is_given_up);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

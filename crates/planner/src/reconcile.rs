@@ -9,7 +9,8 @@
 //! an occurrence as `CANCELED` under the old version and the new one plans it again on
 //! resume), the summaries of long misfire gaps, and where the schedule's planning stands:
 //! an instant at or after that position, or after `now`, is not planned yet, which is not a
-//! loss. An occurrence at an instant its own version's calendar does not fire is reported as
+//! loss; one with no row inside the range of planned instants retention archived
+//! (the schedule's rollups) is archived. An occurrence at an instant its own version's calendar does not fire is reported as
 //! unexpected, and so is one of a version superseded (updated, paused, canceled) before its
 //! instant that is not `CANCELED`: the change promised that nothing more of that version runs.
 
@@ -19,8 +20,8 @@ use campanile_calendar::Calendar;
 use campanile_core::{OccurrenceState, ScheduleId};
 use campanile_store::SchedulePosition;
 use campanile_store::{
-    MissedRange, MissedRangeList, OccurrenceList, ScheduleGet, ScheduleRecord, ScheduleState,
-    Store, StoreError, TenantId, Timing,
+    MissedRange, MissedRangeList, OccurrenceList, RollupList, ScheduleGet, ScheduleRecord,
+    ScheduleState, Store, StoreError, TenantId, Timing,
 };
 use jiff::{SignedDuration, Timestamp};
 
@@ -41,6 +42,9 @@ pub enum Class {
     Skipped,
     /// Planned and not finished: scheduled, ready, running or waiting to retry.
     Pending,
+    /// Finished and archived by retention: no row is left, and the schedule's rollups count
+    /// an occurrence of that day within a range of planned instants that holds it.
+    Archived,
     /// Not planned yet: at or after where the schedule's planning stands, or in the future.
     NotPlannedYet,
     /// Not planned yet although the schedule is active and the instant is older than the
@@ -52,13 +56,14 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 9] = [
+    pub const ALL: [Class; 10] = [
         Class::Succeeded,
         Class::Failed,
         Class::Canceled,
         Class::Missed,
         Class::Skipped,
         Class::Pending,
+        Class::Archived,
         Class::NotPlannedYet,
         Class::Stalled,
         Class::Missing,
@@ -73,6 +78,7 @@ impl Class {
             Class::Missed => "missed",
             Class::Skipped => "skipped",
             Class::Pending => "pending",
+            Class::Archived => "archived",
             Class::NotPlannedYet => "not_planned_yet",
             Class::Stalled => "stalled",
             Class::Missing => "missing",
@@ -120,6 +126,17 @@ pub struct Finding {
     pub state: Option<OccurrenceState>,
 }
 
+/// A day whose archived instants outnumber what retention counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The UTC day (its midnight).
+    pub day: Timestamp,
+    /// Expected instants of that day classified archived.
+    pub instants: u64,
+    /// Occurrences of that day the rollups count.
+    pub archived: u64,
+}
+
 /// One schedule's reconciliation.
 #[derive(Debug, Clone)]
 pub struct Reconciliation {
@@ -134,6 +151,10 @@ pub struct Reconciliation {
     /// Occurrences at instants their version's calendar does not fire, or planned under a
     /// version that was superseded before their instant (and not canceled).
     pub unexpected: Vec<Finding>,
+    /// Days where more expected instants have no row left than retention archived
+    /// occurrences (by the rollups: every version and state counted): some of those instants
+    /// had no occurrence before retention ran, which the archive cannot tell apart.
+    pub archive_shortfall: Vec<Shortfall>,
     /// Whether `max_instants` cut the range short.
     pub truncated: bool,
     /// The range actually covered ends here (the range's end unless truncated).
@@ -143,7 +164,10 @@ pub struct Reconciliation {
 impl Reconciliation {
     /// Whether anything is wrong: a missing or an unexpected occurrence.
     pub fn has_problems(&self) -> bool {
-        !self.missing.is_empty() || !self.unexpected.is_empty() || !self.stalled.is_empty()
+        !self.missing.is_empty()
+            || !self.unexpected.is_empty()
+            || !self.stalled.is_empty()
+            || !self.archive_shortfall.is_empty()
     }
 }
 
@@ -241,13 +265,23 @@ pub async fn reconcile(
         gaps.iter()
             .find(|g: &&MissedRange| g.first_at <= t && t <= g.last_at)
     };
+    // What retention archived: an instant with no row left inside a rollup's range of
+    // planned instants was archived (rollups never span a day, and a schedule's rows leave
+    // oldest first, so the ranges are dense).
+    let rollups = store
+        .rollup_list(RollupList {
+            tenant,
+            schedule_id: id,
+        })
+        .await?;
+    let archived = |t: Timestamp| rollups.iter().any(|r| r.first_at <= t && t <= r.last_at);
 
     // Where planning stands (later instants are not planned yet), read only when an instant
     // due by now has no record at all: an active schedule's position is a scan of its shard's
     // planning queue, and a healthy schedule has a record for everything due.
-    let unrecorded = expected
-        .keys()
-        .any(|at| *at <= range.now && !recorded.contains_key(at) && gap_of(*at).is_none());
+    let unrecorded = expected.keys().any(|at| {
+        *at <= range.now && !recorded.contains_key(at) && gap_of(*at).is_none() && !archived(*at)
+    });
     let position = match record.state {
         ScheduleState::Active if unrecorded => {
             let position = store
@@ -268,9 +302,11 @@ pub async fn reconcile(
         missing: Vec::new(),
         stalled: Vec::new(),
         unexpected: Vec::new(),
+        archive_shortfall: Vec::new(),
         truncated,
         covered_to,
     };
+    let mut archived_by_day: BTreeMap<i64, u64> = BTreeMap::new();
     for (&at, &(version, boundary)) in &expected {
         let class = match recorded.get(&at) {
             Some(found) => found
@@ -283,6 +319,10 @@ pub async fn reconcile(
                 // change.
                 Some(g) if g.superseded => Class::Canceled,
                 Some(_) => Class::Missed,
+                None if archived(at) => {
+                    *archived_by_day.entry(day_of(at)).or_default() += 1;
+                    Class::Archived
+                }
                 None if at > range.now => Class::NotPlannedYet,
                 None if position.is_some_and(|p| at >= p) => {
                     let stuck = record.state == ScheduleState::Active
@@ -314,6 +354,20 @@ pub async fn reconcile(
         };
         *out.counts.entry(class).or_default() += 1;
     }
+    for (day, instants) in archived_by_day {
+        let counted: u64 = rollups
+            .iter()
+            .filter(|r| r.day.as_millisecond() == day)
+            .map(|r| r.count)
+            .sum();
+        if instants > counted {
+            out.archive_shortfall.push(Shortfall {
+                day: Timestamp::from_millisecond(day).unwrap_or(Timestamp::UNIX_EPOCH),
+                instants,
+                archived: counted,
+            });
+        }
+    }
     // When each version was superseded: the next version's start.
     let superseded_at: HashMap<u32, Timestamp> = versions
         .windows(2)
@@ -340,6 +394,12 @@ pub async fn reconcile(
         }
     }
     Ok(out)
+}
+
+/// The UTC midnight of `t`, in milliseconds (the rollups' day).
+fn day_of(t: Timestamp) -> i64 {
+    let ms = t.as_millisecond();
+    ms - ms.rem_euclid(86_400_000)
 }
 
 /// Whether the schedule read `again` is still the one `record` describes (a change bumps the

@@ -3,7 +3,9 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use campanile_store::{StoreError, TenantByName, TenantClassSet, TenantCreate};
+use campanile_store::{
+    Retention, StoreError, TenantByName, TenantClassSet, TenantCreate, TenantRetentionSet,
+};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -31,6 +33,41 @@ pub(crate) struct TenantOut {
     created_at: Timestamp,
     /// Its class: the `tenant_class` label of its lag metrics (`default` unless set).
     class: String,
+    /// Days its finished occurrences stay before retention archives and removes them: null
+    /// follows the operator's default (`campanile serve --retention-days`), 0 keeps them
+    /// forever.
+    retention_days: Option<u64>,
+}
+
+impl TenantOut {
+    fn of(t: campanile_store::Tenant) -> TenantOut {
+        TenantOut {
+            name: t.name,
+            created_at: t.created_at,
+            class: t.class,
+            retention_days: retention_days(t.retention),
+        }
+    }
+}
+
+fn retention_days(r: Retention) -> Option<u64> {
+    match r {
+        Retention::Default => None,
+        Retention::Forever => Some(0),
+        // At least a day: a retention set in finer units (only by a program using the store)
+        // still shows as one that removes history.
+        Retention::For(d) => Some((d.as_secs().max(0) as u64 / 86_400).max(1)),
+    }
+}
+
+/// Body of `PUT /v1/admin/tenants/{name}/retention`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetentionInput {
+    /// Days finished occurrences stay (1-36500); 0 keeps them forever; null follows the
+    /// operator's default.
+    #[schema(minimum = 0, maximum = 36500)]
+    retention_days: Option<u32>,
 }
 
 /// Body of `PUT /v1/admin/tenants/{name}/class`.
@@ -137,11 +174,7 @@ pub(crate) async fn list_tenants(
         .tenant_list()
         .await?
         .into_iter()
-        .map(|t| TenantOut {
-            name: t.name,
-            created_at: t.created_at,
-            class: t.class,
-        })
+        .map(TenantOut::of)
         .collect();
     Ok(Json(TenantList { tenants }))
 }
@@ -186,9 +219,40 @@ pub(crate) async fn set_class(
             class: class.clone(),
         })
         .await?;
-    Ok(Json(TenantOut {
-        name: t.name,
-        created_at: t.created_at,
-        class,
-    }))
+    Ok(Json(TenantOut::of(campanile_store::Tenant { class, ..t })))
+}
+
+/// Set how long a tenant's finished occurrences stay before retention archives them and
+/// removes them from the database (each counted in per-day rollups that reconcile reads).
+#[utoipa::path(put, path = "/v1/admin/tenants/{name}/retention", tag = "admin", params(("name" = String, Path, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")),
+    request_body = RetentionInput,
+    responses((status = 200, body = TenantOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn set_retention(
+    State(state): State<AppState>,
+    _admin: Admin,
+    PathParams(name): PathParams<String>,
+    body: JsonBody<RetentionInput>,
+) -> Result<Json<TenantOut>, ApiError> {
+    let retention = match body.value.retention_days {
+        None => Retention::Default,
+        Some(0) => Retention::Forever,
+        Some(d) if d > 36_500 => {
+            return Err(ApiError::invalid(
+                "retention_days: at most 36500 (100 years); 0 keeps history forever",
+            ));
+        }
+        Some(d) => Retention::For(jiff::SignedDuration::from_hours(i64::from(d) * 24)),
+    };
+    let t = tenant_named(&state, &name).await?;
+    state
+        .store
+        .tenant_retention_set(TenantRetentionSet {
+            tenant: t.id,
+            retention,
+        })
+        .await?;
+    Ok(Json(TenantOut::of(campanile_store::Tenant {
+        retention,
+        ..t
+    })))
 }

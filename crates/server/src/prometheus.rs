@@ -146,6 +146,26 @@ pub const METRICS: &[(&str, &str)] = &[
         "Outbox rows due for the relay and not yet delivered or settled (sampled every 10 s).",
     ),
     (
+        "campanile_retention_archived_total",
+        "Finished occurrences written to the retention archive (none when the archive is off).",
+    ),
+    (
+        "campanile_retention_removed_total",
+        "Finished occurrences removed from the hot store by retention (each archived first, and counted in the rollups).",
+    ),
+    (
+        "campanile_retention_abandoned_batches_total",
+        "Retention batches given up because an occurrence in them changed (a redrive) after it was archived; their archive files are deleted and the rest is chosen again.",
+    ),
+    (
+        "campanile_retention_failures_total",
+        "Retention passes that failed (archive not writable, database errors); nothing is removed by a failed pass.",
+    ),
+    (
+        "campanile_retention_oldest_age_seconds",
+        "Age of the oldest occurrence in the hot store, by its planned instant (sampled after each retention pass): levels off at the retention when retention keeps up.",
+    ),
+    (
         "campanile_schedule_lag_seconds",
         "visible_at - scheduled_for of planned occurrences, by tenant class.",
     ),

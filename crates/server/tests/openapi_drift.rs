@@ -218,9 +218,9 @@ impl Gen {
             "/v1/schedules?queue" => json!("emails"),
             "/v1/schedules/{id}:id" => json!(self.schedule),
             "/v1/queues/{queue}/claim:queue" => json!("emails"),
-            "/v1/admin/tenants/{name}/keys:name" | "/v1/admin/tenants/{name}/class:name" => {
-                json!("a")
-            }
+            "/v1/admin/tenants/{name}/keys:name"
+            | "/v1/admin/tenants/{name}/class:name"
+            | "/v1/admin/tenants/{name}/retention:name" => json!("a"),
             _ => return None,
         };
         Some(v)
@@ -250,9 +250,9 @@ impl Gen {
             "/v1/schedules?queue" => json!("a\u{0}b"),
             "/v1/schedules?cursor" => json!("not-a-cursor"),
             "/v1/occurrences?cursor" => json!("not-a-cursor"),
-            "/v1/admin/tenants/{name}/keys:name" | "/v1/admin/tenants/{name}/class:name" => {
-                json!("no spaces")
-            }
+            "/v1/admin/tenants/{name}/keys:name"
+            | "/v1/admin/tenants/{name}/class:name"
+            | "/v1/admin/tenants/{name}/retention:name" => json!("no spaces"),
             _ => return None,
         };
         Some(v)

@@ -25,6 +25,7 @@ mod plan_tests;
 mod planning;
 mod queue;
 mod relay;
+mod retention;
 mod schedule;
 mod tenant;
 mod version;
@@ -628,5 +629,31 @@ impl Store for PgStore {
 
     async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
         version::schedule_versions(&self.client().await?, p.tenant, p.id).await
+    }
+
+    async fn tenant_retention_set(&self, p: TenantRetentionSet) -> Result<(), StoreError> {
+        retention::tenant_retention_set(&self.client().await?, p).await
+    }
+
+    async fn retention_batch_open(
+        &self,
+        p: RetentionBatchOpen,
+    ) -> Result<Option<RetentionBatch>, StoreError> {
+        retention::batch_open(&mut self.client().await?, p).await
+    }
+
+    async fn retention_batch_close(
+        &self,
+        p: RetentionBatchClose,
+    ) -> Result<RetentionClosed, StoreError> {
+        retention::batch_close(&mut self.client().await?, p).await
+    }
+
+    async fn rollup_list(&self, p: RollupList) -> Result<Vec<Rollup>, StoreError> {
+        retention::rollup_list(&self.client().await?, p).await
+    }
+
+    async fn retention_status(&self) -> Result<RetentionStatus, StoreError> {
+        retention::retention_status(&self.client().await?).await
     }
 }

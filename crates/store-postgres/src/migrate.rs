@@ -93,6 +93,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "superseded_repair",
         include_str!("../migrations/0018_superseded_repair.sql"),
     ),
+    (
+        19,
+        "retention",
+        include_str!("../migrations/0019_retention.sql"),
+    ),
 ];
 
 /// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the

@@ -168,26 +168,28 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let attempts = rows
         .iter()
         .filter(|r| r.get::<_, Option<i64>>(20).is_some())
-        .map(|r| {
-            let outcome: String = r.get(25);
-            let class: Option<String> = r.get(26);
-            Ok(Attempt {
-                epoch: r.get(20),
-                owner: r.get(21),
-                started_at: ts(r.get(22))?,
-                lease_until: ts(r.get(23))?,
-                finished_at: opt_ts(r.get(24))?,
-                outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| {
-                    StoreError::Database(format!("unknown attempt outcome '{outcome}'"))
-                })?,
-                error_class: class.as_deref().and_then(|c| c.parse().ok()),
-                error_message: r.get(27),
-            })
-        })
+        .map(attempt_row)
         .collect::<R<Vec<_>>>()?;
     Ok(Some(OccurrenceDetail::assemble(
         occurrence, claimed_at, attempts,
     )))
+}
+
+/// The attempt in columns 20–27 of a row of [`OCC_WITH_ATTEMPTS`]'s shape.
+pub(crate) fn attempt_row(r: &Row) -> R<Attempt> {
+    let outcome: String = r.get(25);
+    let class: Option<String> = r.get(26);
+    Ok(Attempt {
+        epoch: r.get(20),
+        owner: r.get(21),
+        started_at: ts(r.get(22))?,
+        lease_until: ts(r.get(23))?,
+        finished_at: opt_ts(r.get(24))?,
+        outcome: AttemptOutcome::parse(&outcome)
+            .ok_or_else(|| StoreError::Database(format!("unknown attempt outcome '{outcome}'")))?,
+        error_class: class.as_deref().and_then(|c| c.parse().ok()),
+        error_message: r.get(27),
+    })
 }
 
 /// One occurrence (`$1` its seq; [`OCC_COLS`], then `claimed_at`) joined with its attempt rows

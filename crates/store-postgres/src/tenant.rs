@@ -27,6 +27,7 @@ pub(crate) async fn tenant_create(c: &Client, p: TenantCreate) -> R<Tenant> {
         name: p.name,
         created_at: ts(now)?,
         class: classes::DEFAULT_CLASS.into(),
+        retention: Retention::Default,
     })
 }
 
@@ -36,13 +37,14 @@ pub(crate) fn tenant_row(r: &Row) -> R<Tenant> {
         name: r.get(1),
         created_at: ts(r.get(2))?,
         class: r.get(3),
+        retention: Retention::from_ms(r.get(4)),
     })
 }
 
 pub(crate) async fn tenant_list(c: &Client) -> R<Vec<Tenant>> {
     query(
         c,
-        "SELECT id, name, created_at, class FROM tenants ORDER BY name",
+        "SELECT id, name, created_at, class, retention_ms FROM tenants ORDER BY name",
         &[],
     )
     .await?
@@ -54,7 +56,7 @@ pub(crate) async fn tenant_list(c: &Client) -> R<Vec<Tenant>> {
 pub(crate) async fn tenant_by_name(c: &Client, name: &str) -> R<Option<Tenant>> {
     query(
         c,
-        "SELECT id, name, created_at, class FROM tenants WHERE name = $1",
+        "SELECT id, name, created_at, class, retention_ms FROM tenants WHERE name = $1",
         &[&name],
     )
     .await?

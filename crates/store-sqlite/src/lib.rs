@@ -25,6 +25,7 @@ mod planning;
 mod pool;
 mod queue;
 mod relay;
+mod retention;
 mod schedule;
 mod tenant;
 mod version;
@@ -538,6 +539,46 @@ impl Store for SqliteStore {
     async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
         self.read(move |c| version::schedule_versions(c, p.tenant, p.id))
             .await
+    }
+
+    async fn tenant_retention_set(&self, p: TenantRetentionSet) -> Result<(), StoreError> {
+        self.write(move |c| retention::tenant_retention_set(c, &p))
+            .await
+    }
+
+    async fn retention_batch_open(
+        &self,
+        p: RetentionBatchOpen,
+    ) -> Result<Option<RetentionBatch>, StoreError> {
+        let now = self.now(p.now);
+        // Chosen (and recorded) on the writer; read on a reader, off the writer.
+        let Some((id, resumed, ids)) = self
+            .write(move |c| retention::batch_open(c, &p, now))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let items = self
+            .read(move |c| retention::read_retired(c, &ids, now))
+            .await?;
+        Ok(Some(RetentionBatch { id, resumed, items }))
+    }
+
+    async fn retention_batch_close(
+        &self,
+        p: RetentionBatchClose,
+    ) -> Result<RetentionClosed, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| retention::batch_close(c, &p, now))
+            .await
+    }
+
+    async fn rollup_list(&self, p: RollupList) -> Result<Vec<Rollup>, StoreError> {
+        self.read(move |c| retention::rollup_list(c, &p)).await
+    }
+
+    async fn retention_status(&self) -> Result<RetentionStatus, StoreError> {
+        self.read(retention::retention_status).await
     }
 }
 

@@ -83,6 +83,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "payload_bound",
         include_str!("../migrations/0016_payload_bound.sql"),
     ),
+    (
+        17,
+        "retention",
+        include_str!("../migrations/0017_retention.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

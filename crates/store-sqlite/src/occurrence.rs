@@ -250,7 +250,17 @@ pub(crate) fn occurrence_get(
         return Ok(None);
     };
     let (seq, occurrence) = row?;
-    let attempts = c
+    let attempts = attempts_of(c, seq)?;
+    Ok(Some(OccurrenceDetail::assemble(
+        occurrence,
+        opt_ts(claimed_at)?,
+        attempts,
+    )))
+}
+
+/// The attempt rows of the occurrence `seq`, oldest first.
+pub(crate) fn attempts_of(c: &Connection, seq: i64) -> R<Vec<Attempt>> {
+    c
         .prepare_cached(
             "SELECT epoch, owner, started_at, lease_until, finished_at, outcome, error_class, error_message
                FROM attempts WHERE occurrence_seq = ?1 ORDER BY epoch",
@@ -285,12 +295,7 @@ pub(crate) fn occurrence_get(
                 error_message: message,
             })
         })
-        .collect::<R<Vec<_>>>()?;
-    Ok(Some(OccurrenceDetail::assemble(
-        occurrence,
-        opt_ts(claimed_at)?,
-        attempts,
-    )))
+        .collect::<R<Vec<_>>>()
 }
 
 pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R<Vec<Occurrence>> {

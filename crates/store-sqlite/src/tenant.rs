@@ -19,24 +19,28 @@ pub(crate) fn tenant_create(c: &Connection, name: &str, now: i64) -> R<Tenant> {
         name: name.to_string(),
         created_at: ts(now)?,
         class: classes::DEFAULT_CLASS.into(),
+        retention: Retention::Default,
     })
 }
 
-pub(crate) fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, i64, String)> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+type TenantRow = (i64, String, i64, String, Option<i64>);
+
+pub(crate) fn tenant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TenantRow> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
 }
 
-pub(crate) fn tenant((id, name, at, class): (i64, String, i64, String)) -> R<Tenant> {
+pub(crate) fn tenant((id, name, at, class, retention): TenantRow) -> R<Tenant> {
     Ok(Tenant {
         id: TenantId(id),
         name,
         created_at: ts(at)?,
         class,
+        retention: Retention::from_ms(retention),
     })
 }
 
 pub(crate) fn tenant_list(c: &Connection) -> R<Vec<Tenant>> {
-    c.prepare_cached("SELECT id, name, created_at, class FROM tenants ORDER BY name")
+    c.prepare_cached("SELECT id, name, created_at, class, retention_ms FROM tenants ORDER BY name")
         .and_then(|mut s| {
             s.query_map([], tenant_row)?
                 .collect::<rusqlite::Result<Vec<_>>>()
@@ -48,11 +52,13 @@ pub(crate) fn tenant_list(c: &Connection) -> R<Vec<Tenant>> {
 }
 
 pub(crate) fn tenant_by_name(c: &Connection, name: &str) -> R<Option<Tenant>> {
-    c.prepare_cached("SELECT id, name, created_at, class FROM tenants WHERE name = ?1")
-        .and_then(|mut s| s.query_row(params![name], tenant_row).optional())
-        .map_err(db_err)?
-        .map(tenant)
-        .transpose()
+    c.prepare_cached(
+        "SELECT id, name, created_at, class, retention_ms FROM tenants WHERE name = ?1",
+    )
+    .and_then(|mut s| s.query_row(params![name], tenant_row).optional())
+    .map_err(db_err)?
+    .map(tenant)
+    .transpose()
 }
 
 /// Sets a tenant's class, refusing one that would make more than `classes::MAX_CLASSES`

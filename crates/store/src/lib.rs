@@ -251,6 +251,42 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// [`Store::occurrence_finish_many`], fenced like any worker's.
     async fn relay_claim(&self, p: RelayClaim) -> Result<Vec<Relayed>, StoreError>;
 
+    // ── Retention: finished history archived, then removed ──
+
+    /// Sets a tenant's retention. `NotFound` for an unknown tenant.
+    async fn tenant_retention_set(&self, p: TenantRetentionSet) -> Result<(), StoreError>;
+
+    /// Opens the next retention batch, or hands back the one a node left open (its lease
+    /// passed, or it is this node's): `None` when another node holds an open batch or nothing
+    /// is due. One batch is open at a time across all nodes.
+    ///
+    /// A new batch takes, oldest first, up to `limit` occurrences that are final (`SUCCEEDED`,
+    /// `DEAD`, `CANCELED`, `MISSED`, `SKIPPED_OVERLAP`), were planned and finished longer ago
+    /// than their tenant's retention, are not their schedule's latest occurrence (its overlap
+    /// decisions and its cursor need it), and have no delivery pending in the outbox. Their ids
+    /// are recorded with the batch in the same transaction; nothing is removed yet.
+    async fn retention_batch_open(
+        &self,
+        p: RetentionBatchOpen,
+    ) -> Result<Option<RetentionBatch>, StoreError>;
+
+    /// Closes a batch whose archive is written: in one transaction, removes its occurrences
+    /// and their attempts, adds them to the per (schedule, version, day, state) rollups, and
+    /// closes the batch. If any of them changed since the archive read it (not there, or
+    /// another epoch or state: a redrive), nothing is removed and the batch is given up
+    /// ([`RetentionClosed::abandoned`]); its occurrences are chosen again by a later batch if
+    /// they are still due. `WrongState` if the batch is not open or not this node's.
+    async fn retention_batch_close(
+        &self,
+        p: RetentionBatchClose,
+    ) -> Result<RetentionClosed, StoreError>;
+
+    /// What retention left of a schedule's history, by version, day and state.
+    async fn rollup_list(&self, p: RollupList) -> Result<Vec<Rollup>, StoreError>;
+
+    /// Where retention stands ([`RetentionStatus`]).
+    async fn retention_status(&self) -> Result<RetentionStatus, StoreError>;
+
     // ── The store itself ──
 
     /// The store's clock: the database's on PostgreSQL, the process's on SQLite.

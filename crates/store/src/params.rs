@@ -699,3 +699,52 @@ pub struct BacklogGet {
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }
+
+/// Params of [`crate::Store::tenant_retention_set`].
+#[derive(Debug, Clone)]
+pub struct TenantRetentionSet {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its retention.
+    pub retention: crate::Retention,
+}
+
+/// Params of [`crate::Store::retention_batch_open`].
+#[derive(Debug, Clone)]
+pub struct RetentionBatchOpen {
+    /// The node running retention: the batch's owner until it is closed or its lease ends.
+    pub node: String,
+    /// The operator's default retention, for tenants that have none of their own (`None`:
+    /// kept forever).
+    pub default_retention: Option<SignedDuration>,
+    /// Most occurrences in one batch.
+    pub limit: u32,
+    /// How long the batch stays this node's before another node may finish it.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::retention_batch_close`].
+#[derive(Debug, Clone)]
+pub struct RetentionBatchClose {
+    /// The batch.
+    pub batch: i64,
+    /// The node that opened (or took over) it: a node whose hold on the batch passed to
+    /// another, or whose batch another node closed, is refused ([`crate::StoreError::WrongState`]).
+    pub node: String,
+    /// Each occurrence archived with the epoch the archive holds: one redriven since (a new
+    /// epoch or state) gives the batch up.
+    pub items: Vec<(OccurrenceId, i64)>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::rollup_list`].
+#[derive(Debug, Clone)]
+pub struct RollupList {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The schedule.
+    pub schedule_id: ScheduleId,
+}

@@ -22,6 +22,105 @@ pub struct Tenant {
     /// Its class: the label its lag metrics carry (`default` unless set; see
     /// [`crate::classes`]).
     pub class: String,
+    /// How long its finished occurrences stay in the hot store.
+    pub retention: Retention,
+}
+
+/// How long a tenant's finished occurrences stay in the hot store before retention archives
+/// and removes them (docs/DESIGN.md, "Why is history archived and removed?").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retention {
+    /// The operator's default (`campanile serve --retention-days`).
+    #[default]
+    Default,
+    /// Kept forever.
+    Forever,
+    /// Kept this long after they were planned and finished.
+    For(SignedDuration),
+}
+
+impl Retention {
+    /// The stored column: NULL for the default, 0 for forever, else milliseconds.
+    pub fn to_ms(self) -> Option<i64> {
+        match self {
+            Retention::Default => None,
+            Retention::Forever => Some(0),
+            Retention::For(d) => Some(d.as_millis().clamp(1, i64::MAX as i128) as i64),
+        }
+    }
+
+    /// From the stored column ([`Retention::to_ms`]).
+    pub fn from_ms(ms: Option<i64>) -> Retention {
+        match ms {
+            None => Retention::Default,
+            Some(ms) if ms <= 0 => Retention::Forever,
+            Some(ms) => Retention::For(SignedDuration::from_millis(ms)),
+        }
+    }
+}
+
+/// One occurrence a retention batch takes out of the hot store, with what its archive line
+/// needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    /// Its tenant.
+    pub tenant: TenantId,
+    /// The tenant's name (the archive's directory).
+    pub tenant_name: String,
+    /// The occurrence and its attempts, as stored when the batch read them.
+    pub detail: OccurrenceDetail,
+}
+
+/// A retention batch: occurrences chosen to leave the hot store, recorded (by id) before
+/// anything is archived, so that a node that dies mid-batch leaves it to be finished, not
+/// chosen again ([`crate::Store::retention_batch_open`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionBatch {
+    /// Its number: the archive files of this batch are named by it, so writing them again
+    /// after a crash replaces them instead of adding copies.
+    pub id: i64,
+    /// Whether it was left open by a node that stopped (and is being finished now).
+    pub resumed: bool,
+    /// Its occurrences, in `(tenant, id)` order. Empty when every one of them changed
+    /// after the batch chose it (a redrive): the batch is then closed with nothing removed.
+    pub items: Vec<Retired>,
+}
+
+/// What [`crate::Store::retention_batch_close`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionClosed {
+    /// Occurrences removed (with their attempts), each counted in the rollups.
+    pub removed: u64,
+    /// Attempt rows removed with them.
+    pub attempts_removed: u64,
+    /// Whether the batch was given up instead: one of its occurrences changed since it was
+    /// read (redriven), so nothing was removed and its archive files must be deleted.
+    pub abandoned: bool,
+}
+
+/// What retention left behind of a schedule's history: per version, UTC day and final state,
+/// how many occurrences were archived and removed, and the range of their planned instants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollup {
+    /// The version.
+    pub version: u32,
+    /// The UTC day (its midnight) of the planned instants.
+    pub day: Timestamp,
+    /// Their final state.
+    pub state: OccurrenceState,
+    /// How many.
+    pub count: u64,
+    /// The earliest planned instant among them.
+    pub first_at: Timestamp,
+    /// The latest.
+    pub last_at: Timestamp,
+}
+
+/// Where retention stands: what the hot store holds that retention has not reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionStatus {
+    /// The planned instant of the oldest occurrence in the hot store, if any.
+    pub oldest: Option<Timestamp>,
 }
 
 /// When a schedule version fires.

@@ -296,6 +296,63 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
 /// An admin puts a tenant in a class; its schedule-lag and claim-lag observations carry the
 /// class as their `tenant_class` label (bounded: classes are validated and few).
 #[tokio::test]
+async fn tenant_retention_is_set_and_shown_by_admins() {
+    let app = app().await;
+    let admin = issue_key(app.store.as_ref(), None, true).await.unwrap();
+    let put = async |tenant: &str, body: Value, key: &str| {
+        app.call(
+            "PUT",
+            &format!("/v1/admin/tenants/{tenant}/retention"),
+            Some(key),
+            Some(body),
+        )
+        .await
+    };
+    let shown = async || {
+        let (_, l) = app
+            .call("GET", "/v1/admin/tenants", Some(&admin), None)
+            .await;
+        l["tenants"][0]["retention_days"].clone()
+    };
+    assert_eq!(
+        shown().await,
+        Value::Null,
+        "the operator's default until set"
+    );
+    let (s, v) = put("a", json!({"retention_days": 30}), &admin).await;
+    assert_eq!(
+        (s, v["retention_days"].as_u64()),
+        (StatusCode::OK, Some(30)),
+        "{v}"
+    );
+    assert_eq!(shown().await, json!(30));
+    let (s, v) = put("a", json!({"retention_days": 0}), &admin).await;
+    assert_eq!(
+        (s, v["retention_days"].as_u64()),
+        (StatusCode::OK, Some(0)),
+        "{v}"
+    );
+    assert_eq!(shown().await, json!(0), "0: forever");
+    let (s, _) = put("a", json!({"retention_days": null}), &admin).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(shown().await, Value::Null);
+    for bad in [
+        json!({"retention_days": 36_501}),
+        json!({"retention_days": -1}),
+        json!({"retention_days": "14"}),
+        json!({"days": 14}),
+    ] {
+        let (s, v) = put("a", bad.clone(), &admin).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {v}");
+        assert!(v["message"].is_string(), "{v}");
+    }
+    let (s, v) = put("ghost", json!({"retention_days": 3}), &admin).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (s, v) = put("a", json!({"retention_days": 3}), &app.a).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+}
+
+#[tokio::test]
 async fn tenant_classes_label_the_lag_metrics() {
     let app = app().await;
     let admin = issue_key(app.store.as_ref(), None, true).await.unwrap();

@@ -1,0 +1,253 @@
+//! The archive: gzip-compressed JSON Lines files, one per retention batch, tenant and UTC day,
+//! under `<dir>/<tenant id>-<tenant name>/<YYYY-MM-DD>/batch-<batch>.jsonl.gz`.
+//!
+//! A file is written whole under a temporary name, flushed to disk and renamed into place,
+//! and its directory flushed: a crash leaves either the whole file or none (a stray
+//! `.tmp` file at most, replaced by the next try). A batch finished again after a crash
+//! writes the same names again, replacing what the first try wrote: nothing is archived
+//! twice.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use campanile_store::{Attempt, Retired};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// One archived occurrence: one line of an archive file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArchiveLine {
+    /// The tenant's name.
+    pub tenant: String,
+    /// The occurrence's id.
+    pub id: String,
+    /// Its schedule.
+    pub schedule_id: String,
+    /// The schedule version that planned it.
+    pub version: u32,
+    /// The planned instant.
+    pub scheduled_for: Timestamp,
+    /// When it was (last) claimable.
+    pub available_at: Timestamp,
+    /// Its queue.
+    pub queue: String,
+    /// Its priority.
+    pub priority: i32,
+    /// Its final state (`SUCCEEDED`, `DEAD`, `CANCELED`, `MISSED`, `SKIPPED_OVERLAP`).
+    pub state: String,
+    /// The epoch of its last claim (0: never claimed).
+    pub epoch: i64,
+    /// Claims made.
+    pub attempt_count: u32,
+    /// Claims allowed.
+    pub max_attempts: u32,
+    /// Whether a cancel was requested while it ran.
+    pub cancel_requested: bool,
+    /// The accepted result (JSON), if any.
+    pub result: Option<Box<RawValue>>,
+    /// The last error's class (`transient`, `permanent`), if any.
+    pub last_error_class: Option<String>,
+    /// The last error's message, if any.
+    pub last_error: Option<String>,
+    /// When it reached its final state.
+    pub finished_at: Option<Timestamp>,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<ArchivedAttempt>,
+}
+
+/// One attempt of an archived occurrence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedAttempt {
+    /// The claim's epoch.
+    pub epoch: i64,
+    /// The worker that claimed.
+    pub owner: String,
+    /// When it was claimed.
+    pub started_at: Timestamp,
+    /// The end of its last lease.
+    pub lease_until: Timestamp,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// How (`succeeded`, `failed`, `lease_expired`, …).
+    pub outcome: String,
+    /// The error's class, for failures.
+    pub error_class: Option<String>,
+    /// The error's message, for failures.
+    pub error_message: Option<String>,
+}
+
+impl ArchiveLine {
+    /// The line of one retired occurrence.
+    pub fn of(r: &Retired) -> ArchiveLine {
+        let o = &r.detail.occurrence;
+        ArchiveLine {
+            tenant: r.tenant_name.clone(),
+            id: o.id.0.to_string(),
+            schedule_id: o.schedule_id.0.to_string(),
+            version: o.version,
+            scheduled_for: o.scheduled_for,
+            available_at: o.available_at,
+            queue: o.queue.clone(),
+            priority: o.priority,
+            state: o.state.as_str().to_string(),
+            epoch: o.epoch,
+            attempt_count: o.attempts,
+            max_attempts: o.max_attempts,
+            cancel_requested: o.cancel_requested,
+            // Stored results are JSON; one that is not (written by hand) is kept as a string.
+            result: o.result.as_ref().and_then(|text| {
+                RawValue::from_string(text.clone())
+                    .or_else(|_| serde_json::value::to_raw_value(text))
+                    .ok()
+            }),
+            last_error_class: o.last_error_class.map(|c| c.as_str().to_string()),
+            last_error: o.last_error.clone(),
+            finished_at: o.finished_at,
+            attempts: r.detail.attempts.iter().map(ArchivedAttempt::of).collect(),
+        }
+    }
+}
+
+impl ArchivedAttempt {
+    fn of(a: &Attempt) -> ArchivedAttempt {
+        ArchivedAttempt {
+            epoch: a.epoch,
+            owner: a.owner.clone(),
+            started_at: a.started_at,
+            lease_until: a.lease_until,
+            finished_at: a.finished_at,
+            outcome: a.outcome.as_str().to_string(),
+            error_class: a.error_class.map(|c| c.as_str().to_string()),
+            error_message: a.error_message.clone(),
+        }
+    }
+}
+
+/// An archive directory.
+#[derive(Debug, Clone)]
+pub struct Archive {
+    dir: PathBuf,
+}
+
+impl Archive {
+    /// The archive under `dir` (created when first written).
+    pub fn new(dir: impl Into<PathBuf>) -> Archive {
+        Archive { dir: dir.into() }
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of a batch's occurrences of one tenant and UTC day.
+    pub fn file_of(&self, batch: i64, r: &Retired) -> PathBuf {
+        let day = jiff::tz::Offset::UTC
+            .to_datetime(r.detail.occurrence.scheduled_for)
+            .date();
+        self.dir
+            .join(tenant_dir(r))
+            .join(day.to_string())
+            .join(format!("batch-{batch}.jsonl.gz"))
+    }
+
+    /// Writes a batch's occurrences, one file per tenant and day, each durably in place before
+    /// this returns. Returns the files written and how many lines.
+    ///
+    /// # Errors
+    ///
+    /// The file system's.
+    pub fn write(&self, batch: i64, items: &[Retired]) -> std::io::Result<Vec<PathBuf>> {
+        let mut files: BTreeMap<PathBuf, Vec<&Retired>> = BTreeMap::new();
+        for r in items {
+            files.entry(self.file_of(batch, r)).or_default().push(r);
+        }
+        let mut written = Vec::with_capacity(files.len());
+        for (path, lines) in files {
+            write_file(&path, &lines)?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
+    /// Removes the files of a batch given up.
+    ///
+    /// # Errors
+    ///
+    /// The file system's (a file already gone is not an error).
+    pub fn remove(&self, files: &[PathBuf]) -> std::io::Result<()> {
+        for f in files {
+            match std::fs::remove_file(f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `<tenant id>-<name>`: the id keeps names apart and makes the directory safe whatever the
+/// name; anything in the name but letters, digits, `-`, `_` and `.` becomes `_`.
+fn tenant_dir(r: &Retired) -> String {
+    let name: String = r
+        .tenant_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{}-{name}", r.tenant.0)
+}
+
+fn write_file(path: &Path, lines: &[&Retired]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other(format!("{} has no directory", path.display())))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("gz.tmp");
+    let file = std::fs::File::create(&tmp)?;
+    let mut gz = GzEncoder::new(std::io::BufWriter::new(file), Compression::default());
+    for r in lines {
+        serde_json::to_writer(&mut gz, &ArchiveLine::of(r))?;
+        gz.write_all(b"\n")?;
+    }
+    let file = gz
+        .finish()?
+        .into_inner()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    // The rename itself is durable once the directory is.
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Reads an archive file back: its lines, in order.
+///
+/// # Errors
+///
+/// The file system's, or a line that is not an [`ArchiveLine`].
+pub fn read_file(path: &Path) -> std::io::Result<Vec<ArchiveLine>> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path)?;
+    let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
+    let mut out = Vec::new();
+    for line in reader.lines() {
+        let line = line?;
+        if line.is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(&line).map_err(std::io::Error::other)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,285 @@
+//! Retention: a tenant's finished occurrences older than its policy leave the hot store —
+//! archived first, then removed, and counted in per (schedule, version, day, state) rollups
+//! that `campanile reconcile` reads (docs/DESIGN.md, "Why is history archived and removed?").
+//!
+//! A pass is three steps, each restartable: the store opens a batch (recording which
+//! occurrences it chose), the archive writes them ([`Archive::write`]), the store closes the
+//! batch (removing exactly those, if none changed). A node that dies after the first or the
+//! second step leaves the batch open; when its lease ends, the next pass (on any node) finishes
+//! that batch before choosing another, writing its files again under the same names.
+
+mod archive;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use campanile_store::{
+    RetentionBatchClose, RetentionBatchOpen, RetentionClosed, Store, StoreError,
+};
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::watch;
+
+pub use archive::{Archive, ArchiveLine, ArchivedAttempt, read_file};
+
+/// A retention pass's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    /// The store failed or refused.
+    #[error("retention: {0}")]
+    Store(#[from] StoreError),
+    /// The archive could not be written (or a given-up batch's files removed).
+    #[error("retention archive {dir}: {source}")]
+    Archive {
+        /// The archive directory.
+        dir: String,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How retention runs.
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    /// This node: the owner of the batches it opens.
+    pub node: String,
+    /// The operator's default retention for tenants without their own (`None`: forever).
+    pub default_retention: Option<SignedDuration>,
+    /// Where the archive goes; `None`: no archive (the operator's choice: removed history is
+    /// then only counted in the rollups).
+    pub archive: Option<Archive>,
+    /// Most occurrences per batch.
+    pub batch: u32,
+    /// Pause between passes while there is more to do (paces the deletes, so that claims and
+    /// planning keep the writer).
+    pub pace: Duration,
+    /// Pause after a pass that found nothing more to do, or failed.
+    pub idle: Duration,
+    /// How long a batch stays this node's (then another node may finish it).
+    pub lease: SignedDuration,
+}
+
+impl RetentionConfig {
+    /// Defaults: 14 days, no archive, batches of 1,000, 200 ms between full batches, 30 s
+    /// when idle, 5 min leases.
+    pub fn new(node: impl Into<String>) -> RetentionConfig {
+        RetentionConfig {
+            node: node.into(),
+            default_retention: Some(SignedDuration::from_hours(14 * 24)),
+            archive: None,
+            batch: 1_000,
+            pace: Duration::from_millis(200),
+            idle: Duration::from_secs(30),
+            lease: SignedDuration::from_mins(5),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// The batch, if one was open or opened.
+    pub batch: Option<i64>,
+    /// Whether it was a batch left open by a node that stopped.
+    pub resumed: bool,
+    /// Occurrences chosen.
+    pub chosen: usize,
+    /// Archive files written.
+    pub files: Vec<std::path::PathBuf>,
+    /// What closing the batch did.
+    pub closed: RetentionClosed,
+}
+
+impl Pass {
+    /// Whether the batch was full: more may be due at once.
+    pub fn full(&self, limit: u32) -> bool {
+        self.chosen >= limit as usize || self.closed.abandoned
+    }
+}
+
+/// Retention over one store.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    store: Arc<dyn Store>,
+    cfg: RetentionConfig,
+}
+
+impl Retention {
+    /// Retention over `store`.
+    pub fn new(store: Arc<dyn Store>, cfg: RetentionConfig) -> Retention {
+        Retention { store, cfg }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &RetentionConfig {
+        &self.cfg
+    }
+
+    /// One pass at `now` (`None`: the store's clock): finishes the open batch, or opens one,
+    /// archives it and closes it. A default pass when nothing is due or another node holds
+    /// the open batch.
+    ///
+    /// # Errors
+    ///
+    /// The store's, or the archive's; nothing is removed then.
+    pub async fn pass(&self, now: Option<Timestamp>) -> Result<Pass, RetentionError> {
+        self.pass_until(now, Step::Close).await
+    }
+
+    /// A pass that stops after `step` (tests of a node dying mid-batch).
+    #[doc(hidden)]
+    pub async fn pass_until(
+        &self,
+        now: Option<Timestamp>,
+        step: Step,
+    ) -> Result<Pass, RetentionError> {
+        let Some(batch) = self
+            .store
+            .retention_batch_open(RetentionBatchOpen {
+                node: self.cfg.node.clone(),
+                default_retention: self.cfg.default_retention,
+                limit: self.cfg.batch,
+                lease: self.cfg.lease,
+                now,
+            })
+            .await?
+        else {
+            return Ok(Pass::default());
+        };
+        let mut pass = Pass {
+            batch: Some(batch.id),
+            resumed: batch.resumed,
+            chosen: batch.items.len(),
+            ..Pass::default()
+        };
+        if batch.resumed {
+            tracing::info!(
+                batch = batch.id,
+                "finishing a retention batch a node left open"
+            );
+        }
+        if step == Step::Open {
+            return Ok(pass);
+        }
+        if let Some(archive) = &self.cfg.archive {
+            let items = batch.items.clone();
+            let archive_for_write = archive.clone();
+            let id = batch.id;
+            pass.files = tokio::task::spawn_blocking(move || archive_for_write.write(id, &items))
+                .await
+                .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
+                .map_err(|e| archive_err(archive, e))?;
+            metrics::counter!("campanile_retention_archived_total")
+                .increment(batch.items.len() as u64);
+        }
+        if step == Step::Archive {
+            return Ok(pass);
+        }
+        pass.closed = self
+            .store
+            .retention_batch_close(RetentionBatchClose {
+                batch: batch.id,
+                node: self.cfg.node.clone(),
+                items: batch
+                    .items
+                    .iter()
+                    .map(|r| (r.detail.occurrence.id, r.detail.occurrence.epoch))
+                    .collect(),
+                now,
+            })
+            .await?;
+        metrics::counter!("campanile_retention_removed_total").increment(pass.closed.removed);
+        if pass.closed.abandoned {
+            // Something in it was redriven after the archive read it: its files would hold a
+            // state the hot store no longer has. They go; the rest is chosen again.
+            metrics::counter!("campanile_retention_abandoned_batches_total").increment(1);
+            tracing::info!(
+                batch = batch.id,
+                "retention batch given up: an occurrence in it changed after it was archived"
+            );
+            if let Some(archive) = &self.cfg.archive {
+                archive
+                    .remove(&pass.files)
+                    .map_err(|e| archive_err(archive, e))?;
+            }
+            pass.files.clear();
+        }
+        Ok(pass)
+    }
+
+    /// Samples the oldest retained occurrence's age into its gauge.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub async fn sample(&self) -> Result<(), RetentionError> {
+        let status = self.store.retention_status().await?;
+        let now = self.store.store_now().await?;
+        let age = status.oldest.map_or(0.0, |t| {
+            (now.as_millisecond() - t.as_millisecond()).max(0) as f64 / 1000.0
+        });
+        metrics::gauge!("campanile_retention_oldest_age_seconds").set(age);
+        Ok(())
+    }
+
+    /// Runs passes until `stop` says so: back to back (paced) while batches come out full,
+    /// then every `idle`. A failed pass is logged and counted, and tried again after `idle`.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        loop {
+            let wait = match self.pass(None).await {
+                Ok(pass) => {
+                    if pass.closed.removed > 0 {
+                        tracing::debug!(
+                            batch = pass.batch,
+                            removed = pass.closed.removed,
+                            files = pass.files.len(),
+                            "retention batch archived and removed"
+                        );
+                    }
+                    if pass.full(self.cfg.batch) {
+                        self.cfg.pace
+                    } else {
+                        self.cfg.idle
+                    }
+                }
+                Err(e) => {
+                    metrics::counter!("campanile_retention_failures_total").increment(1);
+                    tracing::warn!(error = %e, "retention pass failed; nothing was removed by it");
+                    self.cfg.idle
+                }
+            };
+            if let Err(e) = self.sample().await {
+                tracing::debug!(error = %e, "retention status not sampled");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+/// Where [`Retention::pass_until`] stops.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// After the batch is opened.
+    Open,
+    /// After its archive is written.
+    Archive,
+    /// After it is closed (a whole pass).
+    Close,
+}
+
+fn archive_err(archive: &Archive, source: std::io::Error) -> RetentionError {
+    RetentionError::Archive {
+        dir: archive.dir().display().to_string(),
+        source,
+    }
+}
+
+/// Starts [`Retention::run`] on its own task; send `true` to stop it.
+pub fn spawn(retention: Retention) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (stop, rx) = watch::channel(false);
+    (stop, tokio::spawn(retention.run(rx)))
+}

@@ -1,0 +1,305 @@
+//! Retention: tenants' policies, the open batch (chosen on the writer, read on a reader,
+//! closed on the writer), the rollups left behind and where retention stands.
+
+use campanile_store::*;
+use rusqlite::{Connection, OptionalExtension, params};
+use uuid::Uuid;
+
+use crate::db::{R, db_err, stored_state, ts};
+use crate::occurrence::{OCC_COLS, occurrence_row};
+
+/// A day in milliseconds: rollups count by the UTC day of the planned instant.
+const DAY_MS: i64 = 86_400_000;
+
+pub(crate) fn tenant_retention_set(c: &Connection, p: &TenantRetentionSet) -> R<()> {
+    let n = c
+        .prepare_cached("UPDATE tenants SET retention_ms = ?2 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![p.tenant.0, p.retention.to_ms()]))
+        .map_err(db_err)?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {}", p.tenant.0)));
+    }
+    Ok(())
+}
+
+/// The batch a node is to archive: its id, whether it was left open, its occurrence ids.
+pub(crate) type Opened = (i64, bool, Vec<Uuid>);
+
+/// Opens a batch, or hands back the open one when this node may finish it (writer).
+pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<Option<Opened>> {
+    let lease_until = now.saturating_add(crate::db::dur_ms(p.lease));
+    let open: Option<(i64, String, i64, Vec<u8>)> = c
+        .prepare_cached(
+            "SELECT id, owner, lease_until, ids FROM retention_batches ORDER BY id LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()
+        })
+        .map_err(db_err)?;
+    if let Some((id, owner, until, ids)) = open {
+        if owner != p.node && until > now {
+            return Ok(None);
+        }
+        c.prepare_cached("UPDATE retention_batches SET owner = ?2, lease_until = ?3 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![id, p.node, lease_until]))
+            .map_err(db_err)?;
+        return Ok(Some((id, true, uuids(&ids)?)));
+    }
+    let default_ms = p.default_retention.map(crate::db::dur_ms);
+    let ids: Vec<Uuid> = c
+        .prepare_cached(ELIGIBLE)
+        .and_then(|mut s| {
+            s.query_map(params![now, default_ms, p.limit], |r| r.get::<_, Uuid>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_err)?;
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let blob: Vec<u8> = ids.iter().flat_map(|u| *u.as_bytes()).collect();
+    let id: i64 = c
+        .prepare_cached(
+            "INSERT INTO retention_batches (owner, lease_until, ids, opened_at)
+             VALUES (?1, ?2, ?3, ?4) RETURNING id",
+        )
+        .and_then(|mut s| s.query_row(params![p.node, lease_until, blob, now], |r| r.get(0)))
+        .map_err(db_err)?;
+    Ok(Some((id, false, ids)))
+}
+
+/// Occurrences retention may take, oldest first (`?1` now, `?2` the operator's default in
+/// milliseconds or NULL for forever, `?3` the most): final, planned and finished longer ago
+/// than their tenant's retention, not their schedule's latest, no delivery pending.
+const ELIGIBLE: &str = "
+SELECT o.id FROM occurrences o JOIN tenants t ON t.id = o.tenant_id
+ WHERE o.state IN ('SUCCEEDED', 'DEAD', 'CANCELED', 'MISSED', 'SKIPPED_OVERLAP')
+   AND COALESCE(t.retention_ms, ?2) > 0
+   AND o.scheduled_for < ?1 - COALESCE(t.retention_ms, ?2)
+   AND COALESCE(o.finished_at, o.scheduled_for) < ?1 - COALESCE(t.retention_ms, ?2)
+   AND EXISTS (SELECT 1 FROM occurrences n
+                WHERE n.schedule_id = o.schedule_id AND n.scheduled_for > o.scheduled_for)
+   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.occurrence_id = o.id AND b.settled_at IS NULL)
+ ORDER BY o.id LIMIT ?3";
+
+fn uuids(blob: &[u8]) -> R<Vec<Uuid>> {
+    if !blob.len().is_multiple_of(16) {
+        return Err(StoreError::Database(format!(
+            "a retention batch's ids are {} bytes, not a multiple of 16",
+            blob.len()
+        )));
+    }
+    Ok(blob
+        .chunks_exact(16)
+        .filter_map(|b| Uuid::from_slice(b).ok())
+        .collect())
+}
+
+/// The batch's occurrences still final, with their attempts and tenants, in one snapshot
+/// (reader).
+pub(crate) fn read_retired(c: &Connection, ids: &[Uuid], now: i64) -> R<Vec<Retired>> {
+    let snapshot = c.unchecked_transaction().map_err(db_err)?;
+    let c: &Connection = &snapshot;
+    let sql = format!(
+        "SELECT {OCC_COLS}, claimed_at, tenant_id,
+                (SELECT name FROM tenants WHERE tenants.id = occurrences.tenant_id)
+           FROM occurrences WHERE id = ?1"
+    );
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let found = c
+            .prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_row(params![id], |r| {
+                    Ok((
+                        occurrence_row(r, now)?,
+                        r.get::<_, Option<i64>>(19)?,
+                        r.get::<_, i64>(20)?,
+                        r.get::<_, String>(21)?,
+                    ))
+                })
+                .optional()
+            })
+            .map_err(db_err)?;
+        let Some((row, claimed_at, tenant, tenant_name)) = found else {
+            continue;
+        };
+        let (seq, occurrence) = row?;
+        if !occurrence.state.is_final() {
+            continue;
+        }
+        let attempts = crate::occurrence::attempts_of(c, seq)?;
+        out.push(Retired {
+            tenant: TenantId(tenant),
+            tenant_name,
+            detail: OccurrenceDetail::assemble(
+                occurrence,
+                crate::db::opt_ts(claimed_at)?,
+                attempts,
+            ),
+        });
+    }
+    out.sort_by(|a, b| {
+        (a.tenant, a.detail.occurrence.id.0).cmp(&(b.tenant, b.detail.occurrence.id.0))
+    });
+    Ok(out)
+}
+
+/// Closes a batch: removes what it archived and counts it in the rollups, or gives it up
+/// when any of it changed (writer).
+pub(crate) fn batch_close(
+    c: &Connection,
+    p: &RetentionBatchClose,
+    _now: i64,
+) -> R<RetentionClosed> {
+    let open: Option<(String, Vec<u8>)> = c
+        .prepare_cached("SELECT owner, ids FROM retention_batches WHERE id = ?1")
+        .and_then(|mut s| {
+            s.query_row(params![p.batch], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(db_err)?;
+    let Some((owner, ids)) = open else {
+        return Err(StoreError::WrongState(format!(
+            "retention batch {} is not open",
+            p.batch
+        )));
+    };
+    if owner != p.node {
+        return Err(StoreError::WrongState(format!(
+            "retention batch {} is held by '{owner}'",
+            p.batch
+        )));
+    }
+    let mut chosen = uuids(&ids)?;
+    chosen.sort();
+    let mut archived: Vec<Uuid> = p.items.iter().map(|(id, _)| id.0).collect();
+    archived.sort();
+    archived.dedup();
+    let give_up = |c: &Connection| -> R<RetentionClosed> {
+        delete_batch(c, p.batch)?;
+        Ok(RetentionClosed {
+            abandoned: true,
+            ..RetentionClosed::default()
+        })
+    };
+    if archived != chosen {
+        return give_up(c);
+    }
+    // Every occurrence as the archive holds it, or nothing is removed.
+    let mut rows = Vec::with_capacity(p.items.len());
+    for (id, epoch) in &p.items {
+        let row: Option<(i64, i64, Uuid, u32, i64, String, i64)> = c
+            .prepare_cached(
+                "SELECT seq, tenant_id, schedule_id, version, scheduled_for, state, epoch
+                   FROM occurrences WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![id.0], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                })
+                .optional()
+            })
+            .map_err(db_err)?;
+        match row {
+            Some(r) if r.6 == *epoch && stored_state(&r.5)?.is_final() => rows.push((*id, r)),
+            _ => return give_up(c),
+        }
+    }
+    let mut closed = RetentionClosed::default();
+    for (id, (seq, tenant, schedule, version, at, state, _)) in rows {
+        closed.attempts_removed += c
+            .prepare_cached("DELETE FROM attempts WHERE occurrence_seq = ?1")
+            .and_then(|mut s| s.execute(params![seq]))
+            .map_err(db_err)? as u64;
+        c.prepare_cached("DELETE FROM outbox WHERE occurrence_id = ?1 AND settled_at IS NOT NULL")
+            .and_then(|mut s| s.execute(params![id.0]))
+            .map_err(db_err)?;
+        closed.removed += c
+            .prepare_cached("DELETE FROM occurrences WHERE seq = ?1")
+            .and_then(|mut s| s.execute(params![seq]))
+            .map_err(db_err)? as u64;
+        c.prepare_cached(
+            "INSERT INTO occurrence_rollups
+                 (tenant_id, schedule_id, version, day, state, count, first_at, last_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?6)
+             ON CONFLICT (schedule_id, version, day, state) DO UPDATE
+                SET count = count + 1,
+                    first_at = MIN(first_at, excluded.first_at),
+                    last_at = MAX(last_at, excluded.last_at)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                tenant,
+                schedule,
+                version,
+                at - at.rem_euclid(DAY_MS),
+                state,
+                at
+            ])
+        })
+        .map_err(db_err)?;
+    }
+    delete_batch(c, p.batch)?;
+    Ok(closed)
+}
+
+fn delete_batch(c: &Connection, id: i64) -> R<()> {
+    c.prepare_cached("DELETE FROM retention_batches WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![id]))
+        .map_err(db_err)?;
+    Ok(())
+}
+
+pub(crate) fn rollup_list(c: &Connection, p: &RollupList) -> R<Vec<Rollup>> {
+    c.prepare_cached(
+        "SELECT version, day, state, count, first_at, last_at FROM occurrence_rollups
+          WHERE schedule_id = ?1 AND tenant_id = ?2 ORDER BY day, version, state",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![p.schedule_id.0, p.tenant.0], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(db_err)?
+    .into_iter()
+    .map(|(version, day, state, count, first, last)| {
+        Ok(Rollup {
+            version,
+            day: ts(day)?,
+            state: stored_state(&state)?,
+            count: count.max(0) as u64,
+            first_at: ts(first)?,
+            last_at: ts(last)?,
+        })
+    })
+    .collect()
+}
+
+pub(crate) fn retention_status(c: &Connection) -> R<RetentionStatus> {
+    // Ids lead with their planned instant (campanile_core::occurrence_id): the first id is
+    // the oldest occurrence, one index step away.
+    let oldest: Option<i64> = c
+        .prepare_cached("SELECT scheduled_for FROM occurrences ORDER BY id LIMIT 1")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+        .map_err(db_err)?;
+    Ok(RetentionStatus {
+        oldest: oldest.map(ts).transpose()?,
+    })
+}
