@@ -10,6 +10,7 @@ mod plan;
 mod plot;
 mod relay;
 mod scale;
+mod soak;
 mod store;
 mod throughput;
 
@@ -21,6 +22,7 @@ pub use peak::PeakArgs;
 pub use plan::PlanArgs;
 pub use relay::RelayArgs;
 pub use scale::ScaleArgs;
+pub use soak::SoakArgs;
 pub use store::StoreArgs;
 pub use throughput::ThroughputArgs;
 
@@ -39,6 +41,9 @@ pub enum BenchCommand {
     Scale(scale::ScaleArgs),
     /// Due occurrences with a NATS target delivered by the relay into JetStream.
     Relay(relay::RelayArgs),
+    /// Steady load for minutes with a short retention: database size over time (it must
+    /// level off) and throughput in the first vs the last minute.
+    Soak(soak::SoakArgs),
 }
 
 /// Runs one benchmark.
@@ -55,5 +60,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Peak(args) => peak::run(args),
         BenchCommand::Scale(args) => scale::run(args),
         BenchCommand::Relay(args) => relay::run(args),
+        BenchCommand::Soak(args) => soak::run(args),
     }
 }

@@ -123,6 +123,49 @@ fn escape(t: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// The soak run's picture: database MiB (top) and completions per second (bottom) over the
+/// run's seconds; `points` are `(t, mib, completed_per_sec)`.
+pub(crate) fn soak_svg(points: &[(f64, f64, f64)]) -> String {
+    let t_max = points.iter().map(|p| p.0).fold(1e-3, f64::max);
+    let plot_w = W - LEFT - RIGHT;
+    let height = TOP + 2.0 * PANEL_H + GAP + 50.0;
+    let x_of = |t: f64| LEFT + t / t_max * plot_w;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{LEFT}" y="22" font-size="15">campanile bench soak: database size and throughput over time</text>
+"#
+    );
+    for (panel, label, value) in [
+        (0.0, "database (MiB)", 1usize),
+        (1.0, "completed per second", 2usize),
+    ] {
+        let y0 = TOP + panel * (PANEL_H + GAP);
+        let v = |p: &(f64, f64, f64)| if value == 1 { p.1 } else { p.2 };
+        let top = points.iter().map(v).fold(1e-3, f64::max) * 1.1;
+        axes(&mut s, y0, t_max, label, top);
+        let line: Vec<String> = points
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", x_of(p.0), y0 + PANEL_H * (1.0 - v(p) / top)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r##"<polyline points="{}" fill="none" stroke="#1f77b4" stroke-width="2"/>"##,
+            line.join(" ")
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">seconds since the load started</text>
+</svg>"#,
+        LEFT + plot_w / 2.0,
+        height - 12.0
+    );
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
