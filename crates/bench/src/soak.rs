@@ -6,9 +6,11 @@
 //! due through the store (batches of 100); retention runs beside them with `--retention`
 //! seconds for the tenant and an archive in the run's temporary directory. Every
 //! `--sample-secs` it records the database's size (the SQLite file with its WAL, or the
-//! PostgreSQL schema's relations), the completions and the mean completion lag (completed at
+//! PostgreSQL schema's relations, vacuumed first when the server's autovacuum is off, as
+//! autovacuum would have), the completions and the mean completion lag (completed at
 //! minus planned for) since the last sample. The verdict compares the first and the last
-//! minute, and the size after the first third of the run with the size at its end.
+//! minute (after the start-up sample), and the size half-way with the size at the end: with a
+//! run longer than twice the retention, retention is in its steady state by half-way.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -255,7 +257,13 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
     let (mut last_done, mut last_lag, mut last_t) = (0u64, 0u64, 0.0f64);
     while start.elapsed() < total {
         let left = total.saturating_sub(start.elapsed());
-        tokio::time::sleep(Duration::from_secs(args.sample_secs).min(left)).await;
+        let every = Duration::from_secs(args.sample_secs);
+        if left < every / 2 && !samples.is_empty() {
+            // Too short a last interval to be a fair sample of the rates.
+            tokio::time::sleep(left).await;
+            break;
+        }
+        tokio::time::sleep(every.min(left)).await;
         let t = start.elapsed().as_secs_f64();
         let done = completed.load(Ordering::Relaxed);
         let lag = lag_ms.load(Ordering::Relaxed);
@@ -299,13 +307,16 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
             pick.iter().map(|s| s.mean_lag_s).sum::<f64>() / n,
         )
     };
+    // The first sample is the start-up (the first fire is two periods in): the first minute
+    // is the one after it.
+    let begin = samples.first().map_or(0.0, |s| s.t);
     let end = samples.last().map_or(0.0, |s| s.t);
-    let minute = 60.0f64.min(end / 2.0);
-    let (first_rate, first_lag) = window(0.0, minute);
+    let minute = 60.0f64.min((end - begin) / 2.0);
+    let (first_rate, first_lag) = window(begin, begin + minute);
     let (last_rate, last_lag) = window(end - minute, end);
-    let third = samples
+    let half = samples
         .iter()
-        .find(|s| s.t >= end / 3.0)
+        .find(|s| s.t >= end / 2.0)
         .map_or(0, |s| s.bytes);
     let final_bytes = samples.last().map_or(0, |s| s.bytes);
     println!(
@@ -317,10 +328,10 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
         last_rate / first_rate.max(1e-9)
     );
     println!(
-        "database: {:.2} MiB after a third of the run, {:.2} MiB at the end (ratio {:.2}); {} removed by retention, {} archive files",
-        third as f64 / 1048576.0,
+        "database: {:.2} MiB half-way, {:.2} MiB at the end (ratio {:.2}); {} removed by retention, {} archive files",
+        half as f64 / 1048576.0,
         final_bytes as f64 / 1048576.0,
-        final_bytes as f64 / (third as f64).max(1.0),
+        final_bytes as f64 / (half as f64).max(1.0),
         samples.last().map_or(0, |s| s.removed),
         archive_files
     );
@@ -343,7 +354,7 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
                 "last_minute_completed_per_sec": last_rate,
                 "first_minute_mean_lag_s": first_lag,
                 "last_minute_mean_lag_s": last_lag,
-                "bytes_after_a_third": third,
+                "bytes_half_way": half,
                 "bytes_at_end": final_bytes,
                 "archive_files": archive_files,
                 "samples": samples,
@@ -360,7 +371,10 @@ fn samples_for_plot(samples: &[Sample]) -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
-/// The database's size now: the SQLite file and its WAL, or the schema's relations.
+/// The database's size now: the SQLite file and its WAL, or the schema's relations. On a
+/// PostgreSQL server with autovacuum off, the schema is vacuumed first, as autovacuum would
+/// have done by then (retention's deletes leave dead rows only a vacuum makes room from; see
+/// docs/DESIGN.md, "Why warn when autovacuum is off?").
 async fn db_bytes(db: &crate::common::BenchDb, backend: Backend) -> u64 {
     match backend {
         Backend::Sqlite => db
@@ -370,7 +384,14 @@ async fn db_bytes(db: &crate::common::BenchDb, backend: Backend) -> u64 {
             .unwrap_or(0),
         Backend::Postgres => match &db.schema {
             Some(schema) => match crate::db::bench_schema(&db.database, schema).await {
-                Ok(pg) => pg.schema_bytes().await.unwrap_or(0),
+                Ok(pg) => {
+                    if pg.autovacuum().await.is_ok_and(|a| !(a.server && a.table))
+                        && let Err(e) = pg.vacuum_analyze().await
+                    {
+                        tracing::warn!(error = %e, "soak vacuum failed");
+                    }
+                    pg.schema_bytes().await.unwrap_or(0)
+                }
                 Err(_) => 0,
             },
             None => 0,

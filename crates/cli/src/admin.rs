@@ -87,8 +87,17 @@ pub(crate) enum TenantCommand {
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
     },
-    /// List tenants: name, creation time, class and retention (`default`, `forever`, or
-    /// days as `14d`), tab-separated.
+    /// Show one tenant: its class, retention, quotas and per-queue limits, one per line.
+    Show {
+        /// The tenant's name.
+        name: String,
+        /// SQLite file path, or a postgres:// URL.
+        #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
+        database: String,
+    },
+    /// List tenants: name, creation time, class, retention (`default`, `forever`, or days as
+    /// `14d`) and quotas (`-` for none; `tenant show` has the per-queue limits),
+    /// tab-separated.
     List {
         /// SQLite file path, or a postgres:// URL.
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
@@ -148,6 +157,25 @@ pub(crate) fn retention_text(r: campanile_store::Retention) -> String {
             format!("{}d", d.as_secs() / 86_400)
         }
         campanile_store::Retention::For(d) => format!("{}s", d.as_secs()),
+    }
+}
+
+/// A tenant's quotas as `tenant list` shows them: `name=value` for each one set,
+/// comma-separated, or `-`.
+fn quota_text(q: &campanile_store::TenantQuota) -> String {
+    let set: Vec<String> = [
+        ("max_active_schedules", q.max_active_schedules),
+        ("max_running", q.max_running),
+        ("max_triggers_per_sec", q.max_triggers_per_sec),
+        ("max_catchup_per_sec", q.max_catchup_per_sec),
+    ]
+    .iter()
+    .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+    .collect();
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.join(",")
     }
 }
 
@@ -278,13 +306,45 @@ pub(crate) fn tenant(cmd: TenantCommand) -> Result<(), CliError> {
             TenantCommand::List { database } => {
                 let store = db::open(&database, None).await?;
                 for t in store.tenant_list().await.map_err(store_err)? {
+                    let q = store
+                        .tenant_quota_get(campanile_store::TenantQuotaGet { tenant: t.id })
+                        .await
+                        .map_err(store_err)?;
                     println!(
-                        "{}\t{}\t{}\t{}",
+                        "{}\t{}\t{}\t{}\t{}",
                         t.name,
                         t.created_at,
                         t.class,
-                        retention_text(t.retention)
+                        retention_text(t.retention),
+                        quota_text(&q)
                     );
+                }
+            }
+            TenantCommand::Show { name, database } => {
+                let store = db::open(&database, None).await?;
+                let t = tenant_named(store.as_ref(), &name).await?;
+                let q = store
+                    .tenant_quota_get(campanile_store::TenantQuotaGet { tenant: t.id })
+                    .await
+                    .map_err(store_err)?;
+                let limits = store
+                    .queue_limit_list(campanile_store::QueueLimitList { tenant: t.id })
+                    .await
+                    .map_err(store_err)?;
+                let or_none = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
+                println!("name                  {}", t.name);
+                println!("created_at            {}", t.created_at);
+                println!("class                 {}", t.class);
+                println!("retention             {}", retention_text(t.retention));
+                println!("max_active_schedules  {}", or_none(q.max_active_schedules));
+                println!("max_running           {}", or_none(q.max_running));
+                println!("max_triggers_per_sec  {}", or_none(q.max_triggers_per_sec));
+                println!("max_catchup_per_sec   {}", or_none(q.max_catchup_per_sec));
+                if limits.is_empty() {
+                    println!("queue limits          none");
+                }
+                for l in limits {
+                    println!("queue limit           {}\tmax_running {}", l.queue, l.max_running);
                 }
             }
             TenantCommand::Retention {

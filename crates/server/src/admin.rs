@@ -4,7 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use campanile_store::{
-    Retention, StoreError, TenantByName, TenantClassSet, TenantCreate, TenantRetentionSet,
+    QueueLimitList, QueueLimitSet, Retention, StoreError, TenantByName, TenantClassSet,
+    TenantCreate, TenantQuota, TenantQuotaGet, TenantRetentionSet,
 };
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,61 @@ pub(crate) struct ClassInput {
     /// 1-32 lower-case letters, digits, `-` or `_`; at most 16 distinct classes in all.
     #[schema(min_length = 1, max_length = 32, pattern = r"^[a-z0-9_-]{1,32}$")]
     class: String,
+}
+
+/// A tenant's quotas and per-queue limits (null: no limit).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QuotasOut {
+    /// The tenant.
+    tenant: String,
+    /// Most `ACTIVE` schedules; creating one more answers 429.
+    max_active_schedules: Option<i64>,
+    /// Most occurrences `RUNNING` at once across its queues; claims are cut to fit.
+    max_running: Option<i64>,
+    /// Most fires per second summed over its active schedules; a schedule that would pass it
+    /// answers 429.
+    max_triggers_per_sec: Option<i64>,
+    /// Most late (catch-up) runs made available per second across its schedules.
+    max_catchup_per_sec: Option<i64>,
+    /// Per-queue concurrency limits, by queue.
+    queue_limits: Vec<QueueLimitOut>,
+}
+
+/// One queue's concurrency limit.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QueueLimitOut {
+    /// The queue.
+    queue: String,
+    /// At most this many of its occurrences running at once, across workers and nodes.
+    max_running: i64,
+}
+
+/// Body of `PUT /v1/admin/tenants/{name}/quotas`: every quota at once, each one absent or null
+/// removed.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QuotasInput {
+    /// Most `ACTIVE` schedules.
+    #[schema(minimum = 0)]
+    max_active_schedules: Option<u32>,
+    /// Most occurrences `RUNNING` at once across its queues.
+    #[schema(minimum = 0)]
+    max_running: Option<u32>,
+    /// Most fires per second summed over its active schedules.
+    #[schema(minimum = 0)]
+    max_triggers_per_sec: Option<u32>,
+    /// Most late (catch-up) runs made available per second.
+    #[schema(minimum = 0)]
+    max_catchup_per_sec: Option<u32>,
+}
+
+/// Body of `PUT /v1/admin/tenants/{name}/queues/{queue}/limit`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueueLimitInput {
+    /// At most this many of the queue's occurrences running at once; null removes the limit.
+    #[schema(minimum = 0)]
+    max_running: Option<u32>,
 }
 
 /// A new key: shown once, stored only as a hash.
@@ -255,4 +311,91 @@ pub(crate) async fn set_retention(
         retention,
         ..t
     })))
+}
+
+async fn quotas_of(state: &AppState, t: &campanile_store::Tenant) -> Result<QuotasOut, ApiError> {
+    let q = state
+        .store
+        .tenant_quota_get(TenantQuotaGet { tenant: t.id })
+        .await?;
+    let limits = state
+        .store
+        .queue_limit_list(QueueLimitList { tenant: t.id })
+        .await?;
+    Ok(QuotasOut {
+        tenant: t.name.clone(),
+        max_active_schedules: q.max_active_schedules,
+        max_running: q.max_running,
+        max_triggers_per_sec: q.max_triggers_per_sec,
+        max_catchup_per_sec: q.max_catchup_per_sec,
+        queue_limits: limits
+            .into_iter()
+            .map(|l| QueueLimitOut {
+                queue: l.queue,
+                max_running: l.max_running,
+            })
+            .collect(),
+    })
+}
+
+/// A tenant's quotas and per-queue limits.
+#[utoipa::path(get, path = "/v1/admin/tenants/{name}/quotas", tag = "admin", params(("name" = String, Path, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")),
+    responses((status = 200, body = QuotasOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get_quotas(
+    State(state): State<AppState>,
+    _admin: Admin,
+    PathParams(name): PathParams<String>,
+) -> Result<Json<QuotasOut>, ApiError> {
+    let t = tenant_named(&state, &name).await?;
+    Ok(Json(quotas_of(&state, &t).await?))
+}
+
+/// Set a tenant's quotas, all four at once: each one absent or null is removed.
+#[utoipa::path(put, path = "/v1/admin/tenants/{name}/quotas", tag = "admin", params(("name" = String, Path, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")),
+    request_body = QuotasInput,
+    responses((status = 200, body = QuotasOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn set_quotas(
+    State(state): State<AppState>,
+    _admin: Admin,
+    PathParams(name): PathParams<String>,
+    body: JsonBody<QuotasInput>,
+) -> Result<Json<QuotasOut>, ApiError> {
+    let q = body.value;
+    let t = tenant_named(&state, &name).await?;
+    state
+        .store
+        .tenant_quota_set(TenantQuota {
+            tenant: t.id,
+            max_active_schedules: q.max_active_schedules.map(i64::from),
+            max_running: q.max_running.map(i64::from),
+            max_triggers_per_sec: q.max_triggers_per_sec.map(i64::from),
+            max_catchup_per_sec: q.max_catchup_per_sec.map(i64::from),
+        })
+        .await?;
+    Ok(Json(quotas_of(&state, &t).await?))
+}
+
+/// Set (or with null remove) the concurrency limit of one of a tenant's queues: at most that
+/// many of its occurrences running at once, across all workers and nodes.
+#[utoipa::path(put, path = "/v1/admin/tenants/{name}/queues/{queue}/limit", tag = "admin", params(("name" = String, Path, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$"), ("queue" = String, Path, min_length = 1, max_length = 200)),
+    request_body = QueueLimitInput,
+    responses((status = 200, body = QuotasOut), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn set_queue_limit(
+    State(state): State<AppState>,
+    _admin: Admin,
+    PathParams((name, queue)): PathParams<(String, String)>,
+    body: JsonBody<QueueLimitInput>,
+) -> Result<Json<QuotasOut>, ApiError> {
+    campanile_core::check_claimable_queue(&queue)
+        .map_err(|e| ApiError::invalid(format!("queue: {e}")))?;
+    let t = tenant_named(&state, &name).await?;
+    state
+        .store
+        .queue_limit_set(QueueLimitSet {
+            tenant: t.id,
+            queue,
+            max_running: body.value.max_running.map(i64::from),
+        })
+        .await?;
+    Ok(Json(quotas_of(&state, &t).await?))
 }

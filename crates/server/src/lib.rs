@@ -50,7 +50,7 @@ use crate::prometheus::metrics_handle;
         occurrences::list, occurrences::get, occurrences::get_planned, claims::claim, reports::renew,
         reports::complete, reports::fail, reports::completions, reports::redrive, reports::cancel,
         admin::create_tenant, admin::list_tenants, admin::create_key, admin::set_class,
-        admin::set_retention,
+        admin::set_retention, admin::get_quotas, admin::set_quotas, admin::set_queue_limit,
         healthz, readyz
     ),
     modifiers(&BearerAuth, &CommonResponses, &ScheduleBodies),
@@ -285,6 +285,14 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         .route("/admin/tenants/{name}/keys", post(admin::create_key))
         .route("/admin/tenants/{name}/class", put(admin::set_class))
         .route("/admin/tenants/{name}/retention", put(admin::set_retention))
+        .route(
+            "/admin/tenants/{name}/quotas",
+            get(admin::get_quotas).put(admin::set_quotas),
+        )
+        .route(
+            "/admin/tenants/{name}/queues/{queue}/limit",
+            put(admin::set_queue_limit),
+        )
         .method_not_allowed_fallback(method_not_allowed);
     Router::new()
         .nest("/v1", v1)

@@ -4,9 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use campanile_calendar::Calendar;
+use campanile_calendar::{FireNote, Zone};
 use campanile_core::ScheduleId;
-use campanile_planner::schedules::next_fires;
 use campanile_store::{
     IdempotencyFinish, IdempotencyGet, IdempotencyPut, IdempotencyToken, ScheduleChange,
     ScheduleState,
@@ -425,21 +424,33 @@ pub(crate) async fn cancel(
     transition(state, caller, id, ScheduleState::Canceled).await
 }
 
-/// Body of `POST /v1/schedules/preview`.
+/// Body of `POST /v1/schedules/preview`: a timing as a create takes it (`cron` with its
+/// `timezone` and `dst`, `every` with its `anchor`, or `at`), checked by the same rules.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PreviewInput {
     /// Cron expression (5 or 6 fields, or a macro).
     #[schema(min_length = 1)]
-    cron: String,
-    /// IANA zone (default UTC), as a schedule's `timezone`.
+    cron: Option<String>,
+    /// IANA zone for `cron` (default UTC), as a schedule's `timezone`.
     #[schema(
         min_length = 1,
         pattern = r"^[A-Za-z][A-Za-z0-9._+-]*(/[A-Za-z][A-Za-z0-9._+-]*)*$"
     )]
     timezone: Option<String>,
-    /// DST options.
+    /// DST options (cron only).
     dst: Option<DstDto>,
+    /// Fixed interval, as a schedule's `every` (`"90s"`, `"1h 30m"`, `"PT15M"`).
+    #[schema(min_length = 1)]
+    every: Option<String>,
+    /// First instant of an `every` series (default: now).
+    #[serde(default, deserialize_with = "crate::dto::opt_instant")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    anchor: Option<Timestamp>,
+    /// A one-off instant, as a schedule's `at`.
+    #[serde(default, deserialize_with = "crate::dto::opt_instant")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    at: Option<Timestamp>,
     /// Fire times after this instant (default now).
     #[serde(default, deserialize_with = "crate::dto::opt_instant")]
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -455,9 +466,34 @@ pub(crate) struct PreviewOut {
     /// The next fire times, UTC.
     #[schema(value_type = Vec<String>)]
     next_fires: Vec<Timestamp>,
+    /// The zone the wall times are in (`UTC` for `every` and `at`).
+    timezone: String,
+    /// The same fire times, each with its wall time in `timezone` and what the DST rules
+    /// decided on the way to it.
+    fires: Vec<PreviewFire>,
 }
 
-/// Validate a cron expression and list its next fire times, without saving anything.
+/// One fire time of a preview.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PreviewFire {
+    /// The instant, UTC.
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+    /// Its wall time and offset in the preview's zone, e.g. `2026-03-08T03:00:00-04:00`.
+    local: String,
+    /// Set when a DST rule shaped this fire: `after_skipped_gap` (wall times in a
+    /// spring-forward gap were skipped; this is the first fire after it), `shifted_from_gap`
+    /// (this fire stands for a wall time inside the gap), `fold_earlier` / `fold_later` (the
+    /// wall time occurs twice; this is its first / second instant).
+    #[schema(nullable = true)]
+    dst: Option<&'static str>,
+    /// The wall time the DST decision was about (the first skipped or shifted one).
+    #[schema(nullable = true)]
+    dst_wall_time: Option<String>,
+}
+
+/// List the next fire times of a timing, with each DST decision labelled, without saving
+/// anything: the same checks as a create.
 #[utoipa::path(post, path = "/v1/schedules/preview", tag = "schedules", request_body = PreviewInput,
     responses((status = 200, body = PreviewOut), (status = 422, body = ErrorBody)))]
 pub(crate) async fn preview(
@@ -470,15 +506,68 @@ pub(crate) async fn preview(
     if !(1..=1000).contains(&count) {
         return Err(ApiError::invalid("count must be between 1 and 1000"));
     }
-    let policy = DstDto::policy(p.dst.as_ref())?;
-    let cal = Calendar::cron(&p.cron, p.timezone.as_deref().unwrap_or("UTC"), policy)
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let now = state.store.store_now().await?;
     let after = match p.after {
         Some(a) => crate::dto::rfc3339_instant("after", a)?,
-        None => state.store.store_now().await?,
+        None => now,
     };
+    // Checked as a create would check it (a queue is not part of a timing).
+    let input = ScheduleInput {
+        queue: Some("preview".into()),
+        cron: p.cron,
+        timezone: p.timezone,
+        dst: p.dst,
+        every: p.every,
+        anchor: p.anchor,
+        at: p.at,
+        ..ScheduleInput::default()
+    };
+    let spec = input.to_spec(now)?;
+    let cal =
+        campanile_planner::calendar_of(&spec).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let zone = match &spec.timing {
+        campanile_store::Timing::Cron { timezone, .. } => {
+            Zone::get(timezone).map_err(|e| ApiError::invalid(e.to_string()))?
+        }
+        _ => Zone::utc(),
+    };
+    let mut fires = Vec::with_capacity(count);
+    let mut cursor = after;
+    while fires.len() < count {
+        let Some(fire) = cal.next_fire(cursor) else {
+            break;
+        };
+        cursor = fire.at;
+        let (dst, dst_wall_time) = match fire.note {
+            Some(FireNote::AfterSkippedGap { wall }) => {
+                (Some("after_skipped_gap"), Some(wall.to_string()))
+            }
+            Some(FireNote::ShiftedFromGap { wall }) => {
+                (Some("shifted_from_gap"), Some(wall.to_string()))
+            }
+            Some(FireNote::FoldEarlier) => (Some("fold_earlier"), None),
+            Some(FireNote::FoldLater) => (Some("fold_later"), None),
+            _ => (None, None),
+        };
+        let offset = zone.tz().to_offset(fire.at);
+        let secs = offset.seconds();
+        fires.push(PreviewFire {
+            at: fire.at,
+            local: format!(
+                "{}{}{:02}:{:02}",
+                offset.to_datetime(fire.at),
+                if secs < 0 { '-' } else { '+' },
+                secs.abs() / 3600,
+                secs.abs() / 60 % 60
+            ),
+            dst,
+            dst_wall_time,
+        });
+    }
     Ok(Json(PreviewOut {
-        next_fires: next_fires(&cal, after, count),
+        next_fires: fires.iter().map(|f| f.at).collect(),
+        timezone: zone.name().to_string(),
+        fires,
     }))
 }
 

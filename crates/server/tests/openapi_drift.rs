@@ -195,9 +195,10 @@ impl Gen {
             | "ScheduleCreate.timezone"
             | "ScheduleUpdate.timezone"
             | "PreviewInput.timezone" => json!("Europe/Paris"),
-            "ScheduleInput.every" | "ScheduleCreate.every" | "ScheduleUpdate.every" => {
-                json!("1h 30m")
-            }
+            "ScheduleInput.every"
+            | "ScheduleCreate.every"
+            | "ScheduleUpdate.every"
+            | "PreviewInput.every" => json!("1h 30m"),
             "ScheduleInput.queue"
             | "ScheduleCreate.queue"
             | "ScheduleUpdate.queue"
@@ -220,7 +221,10 @@ impl Gen {
             "/v1/queues/{queue}/claim:queue" => json!("emails"),
             "/v1/admin/tenants/{name}/keys:name"
             | "/v1/admin/tenants/{name}/class:name"
-            | "/v1/admin/tenants/{name}/retention:name" => json!("a"),
+            | "/v1/admin/tenants/{name}/retention:name"
+            | "/v1/admin/tenants/{name}/quotas:name"
+            | "/v1/admin/tenants/{name}/queues/{queue}/limit:name" => json!("a"),
+            "/v1/admin/tenants/{name}/queues/{queue}/limit:queue" => json!("emails"),
             _ => return None,
         };
         Some(v)
@@ -252,7 +256,9 @@ impl Gen {
             "/v1/occurrences?cursor" => json!("not-a-cursor"),
             "/v1/admin/tenants/{name}/keys:name"
             | "/v1/admin/tenants/{name}/class:name"
-            | "/v1/admin/tenants/{name}/retention:name" => json!("no spaces"),
+            | "/v1/admin/tenants/{name}/retention:name"
+            | "/v1/admin/tenants/{name}/quotas:name"
+            | "/v1/admin/tenants/{name}/queues/{queue}/limit:name" => json!("no spaces"),
             _ => return None,
         };
         Some(v)
@@ -324,12 +330,19 @@ fn base(comp: &str, m: &mut Map<String, Value>) {
         m.insert("queue".into(), json!("emails"));
         m.insert("every".into(), json!("1h 30m"));
     }
+    if comp == "PreviewInput" {
+        // Exactly one of cron, at or every, as a create.
+        m.insert("every".into(), json!("1h 30m"));
+    }
 }
 
 /// Makes room in `m` (the object holding `prop`) for `prop` to be set to `value`: what the
 /// document's descriptions say goes with it.
 fn fit(comp: &str, prop: &str, value: &Value, m: &mut Map<String, Value>) {
-    let schedule = matches!(comp, "ScheduleInput" | "ScheduleCreate" | "ScheduleUpdate");
+    let schedule = matches!(
+        comp,
+        "ScheduleInput" | "ScheduleCreate" | "ScheduleUpdate" | "PreviewInput"
+    );
     match prop {
         "cron" | "timezone" | "dst" if schedule => {
             m.remove("every");

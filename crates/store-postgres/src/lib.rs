@@ -623,6 +623,10 @@ impl Store for PgStore {
         tenant::queue_limit_set(&self.client().await?, tenant, &queue, max_running).await
     }
 
+    async fn queue_limit_list(&self, p: QueueLimitList) -> Result<Vec<QueueLimit>, StoreError> {
+        tenant::queue_limit_list(&self.client().await?, p.tenant).await
+    }
+
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
         planning::missed_range_list(&self.client().await?, p).await
     }

@@ -112,6 +112,21 @@ pub(crate) async fn tenant_class_set(c: &mut Client, p: TenantClassSet) -> R<()>
     tx.commit().await.map_err(pg_err)
 }
 
+pub(crate) async fn queue_limit_list(c: &Client, tenant: TenantId) -> R<Vec<QueueLimit>> {
+    Ok(query(
+        c,
+        "SELECT queue, max_running FROM queue_limits WHERE tenant_id = $1 ORDER BY queue",
+        &[&tenant.0],
+    )
+    .await?
+    .iter()
+    .map(|r| QueueLimit {
+        queue: r.get(0),
+        max_running: r.get(1),
+    })
+    .collect())
+}
+
 pub(crate) async fn queue_limit_set(
     c: &Client,
     tenant: TenantId,

@@ -532,6 +532,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn queue_limit_list(&self, p: QueueLimitList) -> Result<Vec<QueueLimit>, StoreError> {
+        self.read(move |c| tenant::queue_limit_list(c, p.tenant))
+            .await
+    }
+
     async fn missed_range_list(&self, p: MissedRangeList) -> Result<Vec<MissedRange>, StoreError> {
         self.read(move |c| planning::missed_range_list(c, &p)).await
     }

@@ -119,6 +119,22 @@ pub(crate) fn queue_limit_set(
     .map_err(db_err)
 }
 
+pub(crate) fn queue_limit_list(c: &Connection, tenant: TenantId) -> R<Vec<QueueLimit>> {
+    c.prepare_cached(
+        "SELECT queue, max_running FROM queue_limits WHERE tenant_id = ?1 ORDER BY queue",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![tenant.0], |r| {
+            Ok(QueueLimit {
+                queue: r.get(0)?,
+                max_running: r.get(1)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(db_err)
+}
+
 /// How many occurrences a claim may take without exceeding the tenant's running quota or the
 /// queue's concurrency limit (runs on the single writer, so the count and the claim are one).
 pub(crate) fn claim_allowance(c: &Connection, tenant: TenantId, queue: &str, max: u32) -> R<u32> {

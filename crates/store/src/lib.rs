@@ -58,6 +58,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Sets (or with `None` removes) a per-queue concurrency limit.
     async fn queue_limit_set(&self, p: QueueLimitSet) -> Result<(), StoreError>;
 
+    /// A tenant's per-queue concurrency limits, by queue name.
+    async fn queue_limit_list(&self, p: QueueLimitList) -> Result<Vec<QueueLimit>, StoreError>;
+
     /// Stores a (hashed) API key.
     async fn api_key_create(&self, p: ApiKeyCreate) -> Result<ApiKeyRecord, StoreError>;
 

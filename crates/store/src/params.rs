@@ -748,3 +748,10 @@ pub struct RollupList {
     /// The schedule.
     pub schedule_id: ScheduleId,
 }
+
+/// Params of [`crate::Store::queue_limit_list`].
+#[derive(Debug, Clone)]
+pub struct QueueLimitList {
+    /// Whose queues.
+    pub tenant: TenantId,
+}

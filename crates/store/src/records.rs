@@ -832,3 +832,12 @@ impl Relayed {
             .collect()
     }
 }
+
+/// A per-queue concurrency limit ([`crate::Store::queue_limit_set`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLimit {
+    /// The queue.
+    pub queue: String,
+    /// At most this many of its occurrences running at once.
+    pub max_running: i64,
+}

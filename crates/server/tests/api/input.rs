@@ -387,6 +387,55 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
             "2026-03-10T06:30:00Z"
         ])
     );
+    // Each DST decision is labelled, with the wall time in the schedule's zone.
+    assert_eq!(v["timezone"], "America/New_York");
+    assert_eq!(v["fires"][0]["local"], "2026-03-07T02:30:00-05:00");
+    assert!(v["fires"][0]["dst"].is_null(), "{v}");
+    assert_eq!(v["fires"][1]["dst"], "after_skipped_gap", "{v}");
+    assert_eq!(v["fires"][1]["dst_wall_time"], "2026-03-08T02:30:00", "{v}");
+    assert_eq!(v["fires"][1]["local"], "2026-03-09T02:30:00-04:00");
+    let (s, v) = app.call("POST", "/v1/schedules/preview", k, Some(json!({"cron": "30 2 * * *", "timezone": "America/New_York", "dst": {"gap": "shift"}, "after": "2026-03-07T00:00:00Z", "count": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["fires"][1]["dst"], "shifted_from_gap", "{v}");
+    assert_eq!(v["fires"][1]["local"], "2026-03-08T03:00:00-04:00", "{v}");
+    let (s, v) = app.call("POST", "/v1/schedules/preview", k, Some(json!({"cron": "30 1 * * *", "timezone": "America/New_York", "dst": {"fold": "twice"}, "after": "2026-11-01T00:00:00Z", "count": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["fires"][0]["dst"], &v["fires"][1]["dst"]),
+        (&json!("fold_earlier"), &json!("fold_later")),
+        "{v}"
+    );
+    assert_eq!(v["fires"][1]["local"], "2026-11-01T01:30:00-05:00", "{v}");
+    // Intervals and one-offs preview too, checked as a create checks them.
+    let (s, v) = app.call("POST", "/v1/schedules/preview", k, Some(json!({"every": "90m", "anchor": "2030-01-01T00:00:00Z", "after": "2030-01-01T00:00:00Z", "count": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["next_fires"],
+        json!(["2030-01-01T01:30:00Z", "2030-01-01T03:00:00Z"])
+    );
+    assert_eq!(v["timezone"], "UTC");
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules/preview",
+            k,
+            Some(json!({"at": "2030-05-01T12:00:00+02:00"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["next_fires"], json!(["2030-05-01T10:00:00Z"]));
+    for bad in [
+        json!({"every": "0s"}),
+        json!({"every": "1d"}),
+        json!({"cron": "* * * * *", "every": "1m"}),
+        json!({}),
+        json!({"cron": "* * * * *", "queue": "q"}),
+    ] {
+        let (s, v) = app
+            .call("POST", "/v1/schedules/preview", k, Some(bad.clone()))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {v}");
+    }
     let (s, v) = app
         .call(
             "POST",

@@ -296,6 +296,107 @@ async fn a_busy_tenant_does_not_starve_a_small_one_and_quotas_answer_429() {
 /// An admin puts a tenant in a class; its schedule-lag and claim-lag observations carry the
 /// class as their `tenant_class` label (bounded: classes are validated and few).
 #[tokio::test]
+async fn tenant_quotas_and_queue_limits_are_read_and_set_by_admins() {
+    let app = app().await;
+    let admin = issue_key(app.store.as_ref(), None, true).await.unwrap();
+    let (s, v) = app
+        .call("GET", "/v1/admin/tenants/a/quotas", Some(&admin), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({"tenant": "a", "max_active_schedules": null, "max_running": null,
+               "max_triggers_per_sec": null, "max_catchup_per_sec": null, "queue_limits": []})
+    );
+    let (s, v) = app
+        .call(
+            "PUT",
+            "/v1/admin/tenants/a/quotas",
+            Some(&admin),
+            Some(json!({"max_active_schedules": 1, "max_running": 2})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (
+            v["max_active_schedules"].as_i64(),
+            v["max_running"].as_i64()
+        ),
+        (Some(1), Some(2))
+    );
+    assert!(v["max_triggers_per_sec"].is_null(), "{v}");
+    // The quota set over HTTP holds: a second active schedule is refused.
+    let (s, _) = app
+        .call("POST", "/v1/schedules", Some(&app.a), Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, v) = app
+        .call("POST", "/v1/schedules", Some(&app.a), Some(due_now("q")))
+        .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    let (s, v) = app
+        .call(
+            "PUT",
+            "/v1/admin/tenants/a/queues/emails/limit",
+            Some(&admin),
+            Some(json!({"max_running": 3})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["queue_limits"],
+        json!([{"queue": "emails", "max_running": 3}])
+    );
+    let (_, v) = app
+        .call(
+            "PUT",
+            "/v1/admin/tenants/a/queues/emails/limit",
+            Some(&admin),
+            Some(json!({"max_running": null})),
+        )
+        .await;
+    assert_eq!(v["queue_limits"], json!([]), "null removes the limit");
+    // Each omitted quota is removed.
+    let (_, v) = app
+        .call(
+            "PUT",
+            "/v1/admin/tenants/a/quotas",
+            Some(&admin),
+            Some(json!({})),
+        )
+        .await;
+    assert!(
+        v["max_active_schedules"].is_null() && v["max_running"].is_null(),
+        "{v}"
+    );
+    for (path, body) in [
+        ("/v1/admin/tenants/a/quotas", json!({"max_running": -1})),
+        ("/v1/admin/tenants/a/quotas", json!({"max_runing": 1})),
+        (
+            "/v1/admin/tenants/a/queues/$nats:x/limit",
+            json!({"max_running": 1}),
+        ),
+        (
+            "/v1/admin/tenants/a/queues/emails/limit",
+            json!({"max_running": 1.5}),
+        ),
+    ] {
+        let (s, v) = app
+            .call("PUT", path, Some(&admin), Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path} {body}: {v}");
+    }
+    let (s, v) = app
+        .call("GET", "/v1/admin/tenants/ghost/quotas", Some(&admin), None)
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (s, v) = app
+        .call("GET", "/v1/admin/tenants/a/quotas", Some(&app.a), None)
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+}
+
+#[tokio::test]
 async fn tenant_retention_is_set_and_shown_by_admins() {
     let app = app().await;
     let admin = issue_key(app.store.as_ref(), None, true).await.unwrap();
