@@ -232,7 +232,7 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
                     Ok(pass) => {
                         removed.fetch_add(pass.closed.removed, Ordering::Relaxed);
                         files.fetch_add(pass.files.len() as u64, Ordering::Relaxed);
-                        if pass.full(retention.config().batch) {
+                        if pass.more {
                             retention.config().pace
                         } else {
                             retention.config().idle

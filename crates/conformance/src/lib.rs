@@ -78,7 +78,8 @@ macro_rules! conformance_tests {
             requests_breaking_the_rules_are_refused_by_every_backend,
             retention_takes_exactly_the_eligible_occurrences,
             a_retention_batch_left_open_is_finished_not_chosen_again,
-            a_retention_batch_with_a_redriven_occurrence_is_given_up);
+            a_retention_batch_with_a_redriven_occurrence_is_given_up,
+            retention_steps_over_kept_history_a_window_at_a_time);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

@@ -17,6 +17,8 @@ fn open_params(node: &str, now: Timestamp, limit: u32) -> RetentionBatchOpen {
         node: node.into(),
         default_retention: Some(SignedDuration::from_secs(DAY)),
         limit,
+        after: None,
+        window: 10_000,
         lease: SignedDuration::from_secs(60),
         now: Some(now),
     }
@@ -168,13 +170,15 @@ pub fn retention_takes_exactly_the_eligible_occurrences(rt: &Runtime, h: Harness
                 ..open_params("n1", now, 100)
             })
             .await
-            .unwrap();
+            .unwrap()
+            .batch;
         assert!(none.is_none(), "no default retention: nothing is due");
 
         let batch = s
             .retention_batch_open(open_params("n1", now, 100))
             .await
             .unwrap()
+            .batch
             .expect("a batch");
         assert!(!batch.resumed);
         assert_eq!(
@@ -207,6 +211,7 @@ pub fn retention_takes_exactly_the_eligible_occurrences(rt: &Runtime, h: Harness
             .retention_batch_open(open_params("n1", now, 100))
             .await
             .unwrap()
+            .batch
             .expect("the open batch, handed back to its owner");
         assert_eq!((again.id, again.resumed), (batch.id, true));
         assert_eq!(ids_of(&again), ids_of(&batch));
@@ -294,12 +299,14 @@ pub fn retention_takes_exactly_the_eligible_occurrences(rt: &Runtime, h: Harness
             s.retention_batch_open(open_params("n1", now, 100))
                 .await
                 .unwrap()
+                .batch
                 .is_none()
         );
         let later = s
             .retention_batch_open(open_params("n1", secs(3 * DAY + 10), 100))
             .await
             .unwrap()
+            .batch
             .expect("the own-retention tenant's old run");
         assert_eq!(ids_of(&later), vec![own_ids[0]]);
         let status = s.retention_status().await.unwrap();
@@ -330,6 +337,7 @@ pub fn a_retention_batch_left_open_is_finished_not_chosen_again(rt: &Runtime, h:
             .retention_batch_open(open_params("A", now, 2))
             .await
             .unwrap()
+            .batch
             .unwrap();
         assert_eq!(ids_of(&first), sorted(vec![ids[0], ids[1]]));
         // A's lease holds the batch: B gets nothing, not a second batch.
@@ -337,6 +345,7 @@ pub fn a_retention_batch_left_open_is_finished_not_chosen_again(rt: &Runtime, h:
             s.retention_batch_open(open_params("B", secs(2 * DAY + 59), 2))
                 .await
                 .unwrap()
+                .batch
                 .is_none()
         );
         // A stops; once its lease has passed, B finishes the same batch.
@@ -344,6 +353,7 @@ pub fn a_retention_batch_left_open_is_finished_not_chosen_again(rt: &Runtime, h:
             .retention_batch_open(open_params("B", secs(2 * DAY + 61), 2))
             .await
             .unwrap()
+            .batch
             .unwrap();
         assert_eq!((taken.id, taken.resumed), (first.id, true));
         assert_eq!(ids_of(&taken), ids_of(&first));
@@ -369,6 +379,7 @@ pub fn a_retention_batch_left_open_is_finished_not_chosen_again(rt: &Runtime, h:
             .retention_batch_open(open_params("A", secs(2 * DAY + 64), 10))
             .await
             .unwrap()
+            .batch
             .unwrap();
         assert_ne!(next.id, first.id);
         assert_eq!(
@@ -413,6 +424,7 @@ pub fn a_retention_batch_with_a_redriven_occurrence_is_given_up(rt: &Runtime, h:
             .retention_batch_open(open_params("A", now, 10))
             .await
             .unwrap()
+            .batch
             .unwrap();
         assert_eq!(ids_of(&batch), sorted(vec![ids[0], ids[1], ids[2]]));
         // An operator redrives the dead letter after the archive read it.
@@ -445,6 +457,7 @@ pub fn a_retention_batch_with_a_redriven_occurrence_is_given_up(rt: &Runtime, h:
             .retention_batch_open(open_params("A", now, 10))
             .await
             .unwrap()
+            .batch
             .unwrap();
         assert!(!next.resumed);
         assert_eq!(ids_of(&next), sorted(vec![ids[0], ids[2]]));
@@ -453,5 +466,82 @@ pub fn a_retention_batch_with_a_redriven_occurrence_is_given_up(rt: &Runtime, h:
             .await
             .unwrap();
         assert_eq!((closed.removed, closed.abandoned), (2, false));
+    });
+}
+
+pub fn retention_steps_over_kept_history_a_window_at_a_time(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let missed = |f: &Fixture, at: Timestamp| NewOccurrence {
+            state: OccurrenceState::Missed,
+            ..new_occ(f, "q", at, 1)
+        };
+        // Six old runs of a tenant that keeps everything, then two of one that does not,
+        // each schedule with a later (latest) run.
+        let keeper = fixture(s, "keeper", "q").await;
+        s.tenant_retention_set(TenantRetentionSet {
+            tenant: keeper.tenant,
+            retention: Retention::Forever,
+        })
+        .await
+        .unwrap();
+        let mut kept: Vec<NewOccurrence> = (0..6).map(|i| missed(&keeper, secs(i))).collect();
+        kept.push(missed(&keeper, secs(100)));
+        insert(s, &keeper, kept).await;
+        let acme = fixture(s, "acme", "q").await;
+        let gone = insert(
+            s,
+            &acme,
+            vec![
+                missed(&acme, secs(10)),
+                missed(&acme, secs(11)),
+                missed(&acme, secs(200)),
+            ],
+        )
+        .await;
+        let now = secs(2 * DAY);
+        let mut after = None;
+        let mut calls = 0;
+        let mut found = Vec::new();
+        loop {
+            calls += 1;
+            assert!(calls < 10, "the scan does not end");
+            let scan = s
+                .retention_batch_open(RetentionBatchOpen {
+                    after,
+                    window: 3,
+                    ..open_params("n1", now, 100)
+                })
+                .await
+                .unwrap();
+            if let Some(b) = scan.batch {
+                found.extend(ids_of(&b));
+                let closed = s
+                    .retention_batch_close(close_params("n1", &b, now))
+                    .await
+                    .unwrap();
+                assert_eq!(closed.removed as usize, b.items.len());
+            }
+            after = scan.scanned_to;
+            if after.is_none() {
+                break;
+            }
+        }
+        // Three windows of three over the kept runs and acme's two, one short window to the
+        // end: each call looked at no more than three occurrences.
+        assert_eq!(calls, 4);
+        assert_eq!(found, sorted(vec![gone[0], gone[1]]));
+        assert_eq!(
+            schedule_occurrences(s, keeper.tenant, keeper.schedule)
+                .await
+                .len(),
+            7
+        );
+        assert_eq!(
+            schedule_occurrences(s, acme.tenant, acme.schedule)
+                .await
+                .len(),
+            1
+        );
     });
 }

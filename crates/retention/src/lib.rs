@@ -50,6 +50,9 @@ pub struct RetentionConfig {
     pub archive: Option<Archive>,
     /// Most occurrences per batch.
     pub batch: u32,
+    /// Most occurrences one pass examines, eligible or not (what bounds a pass's cost on the
+    /// database whatever history it steps over).
+    pub window: u32,
     /// Pause between passes while there is more to do (paces the deletes, so that claims and
     /// planning keep the writer).
     pub pace: Duration,
@@ -60,14 +63,15 @@ pub struct RetentionConfig {
 }
 
 impl RetentionConfig {
-    /// Defaults: 14 days, no archive, batches of 1,000, 200 ms between full batches, 30 s
-    /// when idle, 5 min leases.
+    /// Defaults: 14 days, no archive, batches of 1,000 out of windows of 5,000, 200 ms
+    /// between passes while there is more to look at, 30 s when idle, 5 min leases.
     pub fn new(node: impl Into<String>) -> RetentionConfig {
         RetentionConfig {
             node: node.into(),
             default_retention: Some(SignedDuration::from_hours(14 * 24)),
             archive: None,
             batch: 1_000,
+            window: 5_000,
             pace: Duration::from_millis(200),
             idle: Duration::from_secs(30),
             lease: SignedDuration::from_mins(5),
@@ -88,13 +92,9 @@ pub struct Pass {
     pub files: Vec<std::path::PathBuf>,
     /// What closing the batch did.
     pub closed: RetentionClosed,
-}
-
-impl Pass {
-    /// Whether the batch was full: more may be due at once.
-    pub fn full(&self, limit: u32) -> bool {
-        self.chosen >= limit as usize || self.closed.abandoned
-    }
+    /// Whether the scan stopped short of the youngest occurrence that could be due (or the
+    /// batch was given up): the next pass should follow at once.
+    pub more: bool,
 }
 
 /// Retention over one store.
@@ -102,12 +102,18 @@ impl Pass {
 pub struct Retention {
     store: Arc<dyn Store>,
     cfg: RetentionConfig,
+    /// Where the scan goes on from (`None`: the oldest occurrence).
+    cursor: Arc<std::sync::Mutex<Option<campanile_core::OccurrenceId>>>,
 }
 
 impl Retention {
     /// Retention over `store`.
     pub fn new(store: Arc<dyn Store>, cfg: RetentionConfig) -> Retention {
-        Retention { store, cfg }
+        Retention {
+            store,
+            cfg,
+            cursor: Arc::default(),
+        }
     }
 
     /// Its settings.
@@ -133,23 +139,32 @@ impl Retention {
         now: Option<Timestamp>,
         step: Step,
     ) -> Result<Pass, RetentionError> {
-        let Some(batch) = self
+        let after = *self.cursor.lock().unwrap_or_else(|e| e.into_inner());
+        let scan = self
             .store
             .retention_batch_open(RetentionBatchOpen {
                 node: self.cfg.node.clone(),
                 default_retention: self.cfg.default_retention,
                 limit: self.cfg.batch,
+                after,
+                window: self.cfg.window,
                 lease: self.cfg.lease,
                 now,
             })
-            .await?
-        else {
-            return Ok(Pass::default());
+            .await?;
+        *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) = scan.scanned_to;
+        let more = scan.scanned_to.is_some();
+        let Some(batch) = scan.batch else {
+            return Ok(Pass {
+                more,
+                ..Pass::default()
+            });
         };
         let mut pass = Pass {
             batch: Some(batch.id),
             resumed: batch.resumed,
             chosen: batch.items.len(),
+            more,
             ..Pass::default()
         };
         if batch.resumed {
@@ -203,6 +218,7 @@ impl Retention {
                     .map_err(|e| archive_err(archive, e))?;
             }
             pass.files.clear();
+            pass.more = true;
         }
         Ok(pass)
     }
@@ -222,8 +238,8 @@ impl Retention {
         Ok(())
     }
 
-    /// Runs passes until `stop` says so: back to back (paced) while batches come out full,
-    /// then every `idle`. A failed pass is logged and counted, and tried again after `idle`.
+    /// Runs passes until `stop` says so: paced while there is more to look at, then every
+    /// `idle`. A failed pass is logged and counted, and tried again after `idle`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
             let wait = match self.pass(None).await {
@@ -236,7 +252,7 @@ impl Retention {
                             "retention batch archived and removed"
                         );
                     }
-                    if pass.full(self.cfg.batch) {
+                    if pass.more {
                         self.cfg.pace
                     } else {
                         self.cfg.idle

@@ -642,7 +642,7 @@ impl Store for PgStore {
     async fn retention_batch_open(
         &self,
         p: RetentionBatchOpen,
-    ) -> Result<Option<RetentionBatch>, StoreError> {
+    ) -> Result<RetentionScan, StoreError> {
         retention::batch_open(&mut self.client().await?, p).await
     }
 

@@ -1,6 +1,7 @@
 //! Retention: tenants' policies, the open batch (one at a time across nodes, under the
 //! `retention_lock` row), the rollups left behind and where retention stands.
 
+use campanile_core::OccurrenceId;
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
 use uuid::Uuid;
@@ -31,7 +32,7 @@ const REMOVE: &str = include_str!("sql/retention_remove.sql");
 /// A batch's occurrences with their attempts and tenants: see `sql/retention_read.sql`.
 const READ: &str = include_str!("sql/retention_read.sql");
 
-pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Option<RetentionBatch>> {
+pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<RetentionScan> {
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
@@ -47,12 +48,15 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Optio
         &[],
     )
     .await?;
-    let (id, resumed, ids) = match open.first() {
+    let (id, resumed, ids, scanned_to) = match open.first() {
         Some(row) => {
             let (id, owner, until, ids): (i64, String, i64, Vec<Uuid>) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
             if owner != p.node && until > now {
-                return Ok(None);
+                return Ok(RetentionScan {
+                    batch: None,
+                    scanned_to: p.after,
+                });
             }
             execute(
                 &tx,
@@ -60,17 +64,58 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Optio
                 &[&id, &p.node, &lease_until],
             )
             .await?;
-            (id, true, ids)
+            (id, true, ids, p.after)
         }
         None => {
             let default_ms = p.default_retention.map(dur_ms);
-            let ids: Vec<Uuid> = query(&tx, ELIGIBLE, &[&now, &default_ms, &i64::from(p.limit)])
-                .await?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            // Only occurrences planned before the shortest retention in force can be due:
+            // ids lead with the planned instant, so that is an id bound.
+            let shortest: Option<i64> = query(
+                &tx,
+                "SELECT min(COALESCE(retention_ms, $1::bigint)) FROM tenants
+                  WHERE COALESCE(retention_ms, $1::bigint) > 0",
+                &[&default_ms],
+            )
+            .await?
+            .first()
+            .and_then(|r| r.get(0));
+            let Some(shortest) = shortest else {
+                return Ok(RetentionScan::default());
+            };
+            let bound = OccurrenceId::floor(
+                ts(now.saturating_sub(shortest)).unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+            )
+            .0;
+            let after = p.after.map_or(Uuid::nil(), |a| a.0);
+            // The window: at most `window` ids after the cursor, below the bound.
+            let window_end: Option<Uuid> = query(
+                &tx,
+                "SELECT id FROM occurrences WHERE id > $1 AND id < $2 ORDER BY id OFFSET $3 LIMIT 1",
+                &[&after, &bound, &(i64::from(p.window.max(1)) - 1)],
+            )
+            .await?
+            .first()
+            .map(|r| r.get(0));
+            let high = window_end.unwrap_or(bound);
+            let ids: Vec<Uuid> = query(
+                &tx,
+                ELIGIBLE,
+                &[&now, &default_ms, &i64::from(p.limit), &after, &high],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+            let scanned_to = match (ids.last(), window_end) {
+                (Some(last), _) if ids.len() >= p.limit as usize => Some(OccurrenceId(*last)),
+                (_, Some(end)) => Some(OccurrenceId(end)),
+                (_, None) => None,
+            };
             if ids.is_empty() {
-                return Ok(None);
+                return Ok(RetentionScan {
+                    batch: None,
+                    scanned_to,
+                });
             }
             let rows = query(
                 &tx,
@@ -83,12 +128,15 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Optio
                 .first()
                 .ok_or_else(|| StoreError::Database("no batch id returned".into()))?
                 .get(0);
-            (id, false, ids)
+            (id, false, ids, scanned_to)
         }
     };
     tx.commit().await.map_err(pg_err)?;
     let items = read_retired(&*c, &ids, now).await?;
-    Ok(Some(RetentionBatch { id, resumed, items }))
+    Ok(RetentionScan {
+        batch: Some(RetentionBatch { id, resumed, items }),
+        scanned_to,
+    })
 }
 
 /// The batch's occurrences still final, with their attempts and tenants, in one statement.

@@ -554,19 +554,25 @@ impl Store for SqliteStore {
     async fn retention_batch_open(
         &self,
         p: RetentionBatchOpen,
-    ) -> Result<Option<RetentionBatch>, StoreError> {
+    ) -> Result<RetentionScan, StoreError> {
         let now = self.now(p.now);
         // Chosen (and recorded) on the writer; read on a reader, off the writer.
-        let Some((id, resumed, ids)) = self
+        let (opened, scanned_to) = self
             .write(move |c| retention::batch_open(c, &p, now))
-            .await?
-        else {
-            return Ok(None);
+            .await?;
+        let Some((id, resumed, ids)) = opened else {
+            return Ok(RetentionScan {
+                batch: None,
+                scanned_to,
+            });
         };
         let items = self
             .read(move |c| retention::read_retired(c, &ids, now))
             .await?;
-        Ok(Some(RetentionBatch { id, resumed, items }))
+        Ok(RetentionScan {
+            batch: Some(RetentionBatch { id, resumed, items }),
+            scanned_to,
+        })
     }
 
     async fn retention_batch_close(

@@ -5,6 +5,9 @@ use campanile_store::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
+use campanile_core::OccurrenceId;
+use jiff::Timestamp;
+
 use crate::db::{R, db_err, stored_state, ts};
 use crate::occurrence::{OCC_COLS, occurrence_row};
 
@@ -22,11 +25,12 @@ pub(crate) fn tenant_retention_set(c: &Connection, p: &TenantRetentionSet) -> R<
     Ok(())
 }
 
-/// The batch a node is to archive: its id, whether it was left open, its occurrence ids.
-pub(crate) type Opened = (i64, bool, Vec<Uuid>);
+/// The batch a node is to archive (its id, whether it was left open, its occurrence ids), and
+/// where the scan goes on from.
+pub(crate) type Opened = (Option<(i64, bool, Vec<Uuid>)>, Option<OccurrenceId>);
 
 /// Opens a batch, or hands back the open one when this node may finish it (writer).
-pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<Option<Opened>> {
+pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<Opened> {
     let lease_until = now.saturating_add(crate::db::dur_ms(p.lease));
     let open: Option<(i64, String, i64, Vec<u8>)> = c
         .prepare_cached(
@@ -39,23 +43,56 @@ pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<
         .map_err(db_err)?;
     if let Some((id, owner, until, ids)) = open {
         if owner != p.node && until > now {
-            return Ok(None);
+            return Ok((None, p.after));
         }
         c.prepare_cached("UPDATE retention_batches SET owner = ?2, lease_until = ?3 WHERE id = ?1")
             .and_then(|mut s| s.execute(params![id, p.node, lease_until]))
             .map_err(db_err)?;
-        return Ok(Some((id, true, uuids(&ids)?)));
+        return Ok((Some((id, true, uuids(&ids)?)), p.after));
     }
     let default_ms = p.default_retention.map(crate::db::dur_ms);
+    // Only occurrences planned before the shortest retention in force can be due: ids lead
+    // with the planned instant, so that is an id bound.
+    let shortest: Option<i64> = c
+        .prepare_cached(
+            "SELECT MIN(COALESCE(retention_ms, ?1)) FROM tenants
+              WHERE COALESCE(retention_ms, ?1) > 0",
+        )
+        .and_then(|mut s| s.query_row(params![default_ms], |r| r.get(0)))
+        .map_err(db_err)?;
+    let Some(shortest) = shortest else {
+        return Ok((None, None));
+    };
+    let bound =
+        OccurrenceId::floor(ts(now.saturating_sub(shortest)).unwrap_or(Timestamp::UNIX_EPOCH)).0;
+    let after = p.after.map_or(Uuid::nil(), |a| a.0);
+    // The window: at most `window` ids after the cursor, below the bound.
+    let window_end: Option<Uuid> = c
+        .prepare_cached(
+            "SELECT id FROM occurrences WHERE id > ?1 AND id < ?2 ORDER BY id LIMIT 1 OFFSET ?3",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![after, bound, p.window.max(1) - 1], |r| r.get(0))
+                .optional()
+        })
+        .map_err(db_err)?;
+    let high = window_end.unwrap_or(bound);
     let ids: Vec<Uuid> = c
         .prepare_cached(ELIGIBLE)
         .and_then(|mut s| {
-            s.query_map(params![now, default_ms, p.limit], |r| r.get::<_, Uuid>(0))?
-                .collect::<rusqlite::Result<Vec<_>>>()
+            s.query_map(params![now, default_ms, p.limit, after, high], |r| {
+                r.get::<_, Uuid>(0)
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?;
+    let scanned_to = match (ids.last(), window_end) {
+        (Some(last), _) if ids.len() >= p.limit as usize => Some(OccurrenceId(*last)),
+        (_, Some(end)) => Some(OccurrenceId(end)),
+        (_, None) => None,
+    };
     if ids.is_empty() {
-        return Ok(None);
+        return Ok((None, scanned_to));
     }
     let blob: Vec<u8> = ids.iter().flat_map(|u| *u.as_bytes()).collect();
     let id: i64 = c
@@ -65,15 +102,17 @@ pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<
         )
         .and_then(|mut s| s.query_row(params![p.node, lease_until, blob, now], |r| r.get(0)))
         .map_err(db_err)?;
-    Ok(Some((id, false, ids)))
+    Ok((Some((id, false, ids)), scanned_to))
 }
 
 /// Occurrences retention may take, oldest first (`?1` now, `?2` the operator's default in
-/// milliseconds or NULL for forever, `?3` the most): final, planned and finished longer ago
-/// than their tenant's retention, not their schedule's latest, no delivery pending.
+/// milliseconds or NULL for forever, `?3` the most, ids in `(?4, ?5]`): final, planned and
+/// finished longer ago than their tenant's retention, not their schedule's latest, no delivery
+/// pending.
 const ELIGIBLE: &str = "
 SELECT o.id FROM occurrences o JOIN tenants t ON t.id = o.tenant_id
- WHERE o.state IN ('SUCCEEDED', 'DEAD', 'CANCELED', 'MISSED', 'SKIPPED_OVERLAP')
+ WHERE o.id > ?4 AND o.id <= ?5
+   AND o.state IN ('SUCCEEDED', 'DEAD', 'CANCELED', 'MISSED', 'SKIPPED_OVERLAP')
    AND COALESCE(t.retention_ms, ?2) > 0
    AND o.scheduled_for < ?1 - COALESCE(t.retention_ms, ?2)
    AND COALESCE(o.finished_at, o.scheduled_for) < ?1 - COALESCE(t.retention_ms, ?2)

@@ -260,18 +260,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn tenant_retention_set(&self, p: TenantRetentionSet) -> Result<(), StoreError>;
 
     /// Opens the next retention batch, or hands back the one a node left open (its lease
-    /// passed, or it is this node's): `None` when another node holds an open batch or nothing
-    /// is due. One batch is open at a time across all nodes.
+    /// passed, or it is this node's): no batch when another node holds an open one or nothing
+    /// in the window examined is due. One batch is open at a time across all nodes.
     ///
     /// A new batch takes, oldest first, up to `limit` occurrences that are final (`SUCCEEDED`,
     /// `DEAD`, `CANCELED`, `MISSED`, `SKIPPED_OVERLAP`), were planned and finished longer ago
     /// than their tenant's retention, are not their schedule's latest occurrence (its overlap
-    /// decisions and its cursor need it), and have no delivery pending in the outbox. Their ids
-    /// are recorded with the batch in the same transaction; nothing is removed yet.
+    /// decisions and its cursor need it), and have no delivery pending in the outbox. It looks
+    /// at no more than `window` occurrences after `after`, all planned longer ago than the
+    /// shortest retention in force; the answer says where the next call goes on from. Their
+    /// ids are recorded with the batch in the same transaction; nothing is removed yet.
     async fn retention_batch_open(
         &self,
         p: RetentionBatchOpen,
-    ) -> Result<Option<RetentionBatch>, StoreError>;
+    ) -> Result<RetentionScan, StoreError>;
 
     /// Closes a batch whose archive is written: in one transaction, removes its occurrences
     /// and their attempts, adds them to the per (schedule, version, day, state) rollups, and

@@ -719,6 +719,13 @@ pub struct RetentionBatchOpen {
     pub default_retention: Option<SignedDuration>,
     /// Most occurrences in one batch.
     pub limit: u32,
+    /// Where the scan goes on from: the [`crate::RetentionScan::scanned_to`] of the previous
+    /// call (`None`: from the oldest occurrence).
+    pub after: Option<OccurrenceId>,
+    /// Most occurrences examined (in id order, so oldest first) by one call, eligible or not:
+    /// what bounds a call's cost whatever the history retention must step over (a tenant that
+    /// keeps everything, schedules' latest runs).
+    pub window: u32,
     /// How long the batch stays this node's before another node may finish it.
     pub lease: SignedDuration,
     /// `None`: the store's clock.

@@ -86,6 +86,17 @@ pub struct RetentionBatch {
     pub items: Vec<Retired>,
 }
 
+/// What [`crate::Store::retention_batch_open`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RetentionScan {
+    /// The batch to archive and close, if any.
+    pub batch: Option<RetentionBatch>,
+    /// Where the next call goes on from ([`crate::RetentionBatchOpen::after`]); `None` when
+    /// this call reached the youngest occurrence any retention could take (the next starts
+    /// again from the oldest).
+    pub scanned_to: Option<OccurrenceId>,
+}
+
 /// What [`crate::Store::retention_batch_close`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RetentionClosed {

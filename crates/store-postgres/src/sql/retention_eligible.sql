@@ -1,12 +1,14 @@
 -- name: ELIGIBLE
 -- Occurrences retention may take, oldest first ($1 now, $2 the operator's default retention
--- in milliseconds or NULL for forever, $3 the most): final, planned and finished longer ago
+-- in milliseconds or NULL for forever, $3 the most, ids in ($4, $5]: the window the caller
+-- examines): final, planned and finished longer ago
 -- than their tenant's retention (`retention_ms`: NULL the default, 0 forever), not their
 -- schedule's latest occurrence (its overlap decisions and its cursor need it), and no
 -- delivery pending in the outbox. Ids lead with the planned instant, so id order is oldest
 -- first.
 SELECT o.id FROM occurrences o JOIN tenants t ON t.id = o.tenant_id
- WHERE o.state IN ('SUCCEEDED', 'DEAD', 'CANCELED', 'MISSED', 'SKIPPED_OVERLAP')
+ WHERE o.id > $4 AND o.id <= $5
+   AND o.state IN ('SUCCEEDED', 'DEAD', 'CANCELED', 'MISSED', 'SKIPPED_OVERLAP')
    AND COALESCE(t.retention_ms, $2::bigint) > 0
    AND o.scheduled_for < $1 - COALESCE(t.retention_ms, $2::bigint)
    AND COALESCE(o.finished_at, o.scheduled_for) < $1 - COALESCE(t.retention_ms, $2::bigint)
