@@ -31,7 +31,7 @@ fn close_params(node: &str, b: &RetentionBatch, now: Timestamp) -> RetentionBatc
         items: b
             .items
             .iter()
-            .map(|r| (r.detail.occurrence.id, r.detail.occurrence.epoch))
+            .map(|r| ArchivedKey::of(&r.detail.occurrence))
             .collect(),
         now: Some(now),
     }
@@ -427,7 +427,8 @@ pub fn a_retention_batch_with_a_redriven_occurrence_is_given_up(rt: &Runtime, h:
             .batch
             .unwrap();
         assert_eq!(ids_of(&batch), sorted(vec![ids[0], ids[1], ids[2]]));
-        // An operator redrives the dead letter after the archive read it.
+        // An operator redrives the dead letter after the archive read it, then cancels it:
+        // final again, at the same epoch, but not what the archive holds.
         let ack = s
             .occurrence_redrive(OccurrenceRedrive {
                 tenant: f.tenant,
@@ -437,6 +438,15 @@ pub fn a_retention_batch_with_a_redriven_occurrence_is_given_up(rt: &Runtime, h:
             .await
             .unwrap();
         assert_eq!(ack.state, Some(OccurrenceState::Ready));
+        let ack = s
+            .occurrence_cancel(OccurrenceCancel {
+                tenant: f.tenant,
+                occurrence_id: ids[1],
+                now: Some(now + SignedDuration::from_secs(1)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(ack.state, Some(OccurrenceState::Canceled));
         let closed = s
             .retention_batch_close(close_params("A", &batch, now))
             .await
@@ -452,20 +462,42 @@ pub fn a_retention_batch_with_a_redriven_occurrence_is_given_up(rt: &Runtime, h:
             .unwrap()
             .is_empty()
         );
-        // The next batch takes what is still due, not the redriven one.
-        let next = s
+        // Given up, the batch stays open, marked, until its files are deleted: the next open
+        // hands it back with nothing in it, and closing it again forgets it.
+        let marked = s
             .retention_batch_open(open_params("A", now, 10))
             .await
             .unwrap()
             .batch
             .unwrap();
-        assert!(!next.resumed);
-        assert_eq!(ids_of(&next), sorted(vec![ids[0], ids[2]]));
-        let closed = s
-            .retention_batch_close(close_params("A", &next, now))
+        assert_eq!(
+            (marked.id, marked.abandoned, marked.items.len()),
+            (batch.id, true, 0)
+        );
+        let forgotten = s
+            .retention_batch_close(RetentionBatchClose {
+                items: Vec::new(),
+                ..close_params("A", &marked, now)
+            })
             .await
             .unwrap();
-        assert_eq!((closed.removed, closed.abandoned), (2, false));
+        assert_eq!((forgotten.removed, forgotten.abandoned), (0, true));
+        // The next batch takes what is still due, the canceled one too (its cancel is a day
+        // old by then).
+        let later = now + SignedDuration::from_secs(DAY + 10);
+        let next = s
+            .retention_batch_open(open_params("A", later, 10))
+            .await
+            .unwrap()
+            .batch
+            .unwrap();
+        assert!(!next.resumed);
+        assert_eq!(ids_of(&next), sorted(vec![ids[0], ids[1], ids[2]]));
+        let closed = s
+            .retention_batch_close(close_params("A", &next, later))
+            .await
+            .unwrap();
+        assert_eq!((closed.removed, closed.abandoned), (3, false));
     });
 }
 

@@ -355,9 +355,11 @@ pub async fn reconcile(
         *out.counts.entry(class).or_default() += 1;
     }
     for (day, instants) in archived_by_day {
+        // The day's rollups whose instants reach into the range.
         let counted: u64 = rollups
             .iter()
             .filter(|r| r.day.as_millisecond() == day)
+            .filter(|r| r.last_at >= range.from && r.first_at < covered_to)
             .map(|r| r.count)
             .sum();
         if instants > counted {

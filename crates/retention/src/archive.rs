@@ -3,9 +3,9 @@
 //!
 //! A file is written whole under a temporary name, flushed to disk and renamed into place,
 //! and its directory flushed: a crash leaves either the whole file or none (a stray
-//! `.tmp` file at most, replaced by the next try). A batch finished again after a crash
-//! writes the same names again, replacing what the first try wrote: nothing is archived
-//! twice.
+//! temporary file at most, removed when the batch is written again or given up). A batch
+//! finished again after a crash writes the same names again, replacing what the first try
+//! wrote: nothing is archived twice.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -98,9 +98,11 @@ impl ArchiveLine {
             attempt_count: o.attempts,
             max_attempts: o.max_attempts,
             cancel_requested: o.cancel_requested,
-            // Stored results are JSON; one that is not (written by hand) is kept as a string.
+            // Stored results are JSON, kept as sent; a line break in valid JSON can only be
+            // whitespace between tokens, so it becomes a space and the line stays one line. One
+            // that is not JSON (written by hand) is kept as a string.
             result: o.result.as_ref().and_then(|text| {
-                RawValue::from_string(text.clone())
+                RawValue::from_string(text.replace(['\n', '\r'], " "))
                     .or_else(|_| serde_json::value::to_raw_value(text))
                     .ok()
             }),
@@ -152,7 +154,7 @@ impl Archive {
         self.dir
             .join(tenant_dir(r))
             .join(day.to_string())
-            .join(format!("batch-{batch}.jsonl.gz"))
+            .join(batch_file_name(batch))
     }
 
     /// Writes a batch's occurrences, one file per tenant and day, each durably in place before
@@ -174,21 +176,61 @@ impl Archive {
         Ok(written)
     }
 
-    /// Removes the files of a batch given up.
+    /// Removes every file of a batch given up, whichever node wrote it, and any temporary
+    /// file a write of it left: a walk of the archive's tenant and day directories.
     ///
     /// # Errors
     ///
     /// The file system's (a file already gone is not an error).
-    pub fn remove(&self, files: &[PathBuf]) -> std::io::Result<()> {
-        for f in files {
-            match std::fs::remove_file(f) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+    pub fn remove_batch(&self, batch: i64) -> std::io::Result<()> {
+        let name = batch_file_name(batch);
+        let Ok(tenants) = std::fs::read_dir(&self.dir) else {
+            return Ok(()); // no archive yet
+        };
+        for tenant in tenants {
+            let tenant = tenant?.path();
+            if !tenant.is_dir() {
+                continue;
+            }
+            for day in std::fs::read_dir(&tenant)? {
+                let day = day?.path();
+                if !day.is_dir() {
+                    continue;
+                }
+                if remove_named(&day, &name, true)? {
+                    std::fs::File::open(&day)?.sync_all()?;
+                }
             }
         }
         Ok(())
     }
+}
+
+fn batch_file_name(batch: i64) -> String {
+    format!("batch-{batch}.jsonl.gz")
+}
+
+/// Removes the temporary files of writes of `name` from `dir`, and `name` itself with
+/// `and_file`; whether any was there.
+fn remove_named(dir: &Path, name: &str, and_file: bool) -> std::io::Result<bool> {
+    let tmp_prefix = format!("{name}.");
+    let mut removed = false;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        let ours =
+            (and_file && file == name) || (file.starts_with(&tmp_prefix) && file.ends_with(".tmp"));
+        if !ours {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
 }
 
 /// `<tenant id>-<name>`: the id keeps names apart and makes the directory safe whatever the
@@ -212,9 +254,23 @@ fn write_file(path: &Path, lines: &[&Retired]) -> std::io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other(format!("{} has no directory", path.display())))?;
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("gz.tmp");
-    let file = std::fs::File::create(&tmp)?;
+    create_dirs_durably(dir)?;
+    // A name of this write's own: two nodes finishing the same batch (one whose hold on it
+    // passed without its knowing) never write into one file.
+    let unique = format!(
+        "{}.{}-{}.tmp",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let tmp = dir.join(unique);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
     let mut gz = GzEncoder::new(std::io::BufWriter::new(file), Compression::default());
     for r in lines {
         serde_json::to_writer(&mut gz, &ArchiveLine::of(r))?;
@@ -227,8 +283,33 @@ fn write_file(path: &Path, lines: &[&Retired]) -> std::io::Result<()> {
     file.sync_all()?;
     drop(file);
     std::fs::rename(&tmp, path)?;
-    // The rename itself is durable once the directory is.
+    // What earlier writes of this file left half-written (a node killed mid-write) goes.
+    if let Some(name) = path.file_name() {
+        remove_named(dir, &name.to_string_lossy(), false)?;
+    }
+    // The rename (and those removals) are durable once the directory is.
     std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Creates `dir` and its missing parents, each one's entry made durable in its parent before
+/// anything is written under it.
+fn create_dirs_durably(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if d.as_os_str().is_empty() || d.exists() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    std::fs::create_dir_all(dir)?;
+    for d in missing.iter().rev() {
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+    }
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use campanile_store::{
-    RetentionBatchClose, RetentionBatchOpen, RetentionClosed, Store, StoreError,
+    ArchivedKey, RetentionBatchClose, RetentionBatchOpen, RetentionClosed, Store, StoreError,
 };
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
@@ -152,6 +152,10 @@ impl Retention {
                 now,
             })
             .await?;
+        if scan.busy {
+            // Another node holds the open batch: nothing to do here until it is done.
+            return Ok(Pass::default());
+        }
         *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) = scan.scanned_to;
         let more = scan.scanned_to.is_some();
         let Some(batch) = scan.batch else {
@@ -198,7 +202,7 @@ impl Retention {
                 items: batch
                     .items
                     .iter()
-                    .map(|r| (r.detail.occurrence.id, r.detail.occurrence.epoch))
+                    .map(|r| ArchivedKey::of(&r.detail.occurrence))
                     .collect(),
                 now,
             })
@@ -212,15 +216,37 @@ impl Retention {
                 batch = batch.id,
                 "retention batch given up: an occurrence in it changed after it was archived"
             );
-            if let Some(archive) = &self.cfg.archive {
-                archive
-                    .remove(&pass.files)
-                    .map_err(|e| archive_err(archive, e))?;
-            }
+            pass.closed = self.forget(batch.id, now).await?;
             pass.files.clear();
             pass.more = true;
         }
         Ok(pass)
+    }
+
+    /// Deletes every archive file of a batch given up (whichever node wrote it), then closes
+    /// the batch, which forgets it. A node that dies in between leaves the batch marked, and
+    /// the next pass does both again.
+    async fn forget(
+        &self,
+        batch: i64,
+        now: Option<Timestamp>,
+    ) -> Result<RetentionClosed, RetentionError> {
+        if let Some(archive) = &self.cfg.archive {
+            let a = archive.clone();
+            tokio::task::spawn_blocking(move || a.remove_batch(batch))
+                .await
+                .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
+                .map_err(|e| archive_err(archive, e))?;
+        }
+        Ok(self
+            .store
+            .retention_batch_close(RetentionBatchClose {
+                batch,
+                node: self.cfg.node.clone(),
+                items: Vec::new(),
+                now,
+            })
+            .await?)
     }
 
     /// Samples the oldest retained occurrence's age into its gauge.

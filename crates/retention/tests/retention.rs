@@ -193,8 +193,9 @@ async fn history(s: &dyn Store, tenant: TenantId, schedule: ScheduleId, t0: Time
                     message: format!("try {tries} failed"),
                 }
             } else {
+                // Pretty-printed, as a worker may send it: still one archive line.
                 Finish::Succeeded {
-                    result: Some(format!("{{\"n\":{i}}}")),
+                    result: Some(format!("{{\n  \"n\": {i}\n}}")),
                 }
             };
             let acks = s
@@ -390,6 +391,51 @@ async fn a_node_dying_mid_batch_leaves_it_to_be_finished(s: Arc<dyn Store>) {
     assert_eq!(left.len(), 1);
 }
 
+async fn a_batch_given_up_leaves_no_file_behind(s: Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = month_ago();
+    let (tenant, schedule) = tenant_and_schedule(s.as_ref(), "acme", t0).await;
+    history(s.as_ref(), tenant, schedule, t0, 8).await;
+    let now = Timestamp::now();
+    let a = Retention::new(Arc::clone(&s), config("A", dir.path()));
+    let cut = a.pass_until(Some(now), Step::Archive).await.unwrap();
+    assert_eq!(cut.chosen, 7);
+    assert!(!walk(dir.path()).is_empty());
+    // A dead letter of the batch is redriven before the batch is closed.
+    let dead = occurrence_id(schedule, 1, t0 + SignedDuration::from_secs(120));
+    let ack = s
+        .occurrence_redrive(OccurrenceRedrive {
+            tenant,
+            occurrence_id: dead,
+            now: Some(now),
+        })
+        .await
+        .unwrap();
+    assert_eq!(ack.state, Some(OccurrenceState::Ready));
+    let given_up = a.pass(Some(now)).await.unwrap();
+    assert_eq!(
+        (given_up.batch, given_up.closed.abandoned),
+        (cut.batch, true)
+    );
+    assert!(
+        walk(dir.path()).iter().all(|f| f.is_dir()),
+        "{:?}",
+        walk(dir.path())
+    );
+    // The rest goes in later batches; the redriven one stays.
+    loop {
+        let pass = a.pass(Some(now)).await.unwrap();
+        if pass.batch.is_none() && !pass.more {
+            break;
+        }
+    }
+    let lines = archived(dir.path());
+    assert_eq!(lines.len(), 7);
+    assert!(!lines.contains_key(&dead.0.to_string()));
+    let left = details(s.as_ref(), tenant, schedule).await;
+    assert_eq!(left.len(), 2, "the redriven one and the latest");
+}
+
 /// The crash test's child: retention passes back to back until it is killed.
 fn retention_child_run(s: Arc<dyn Store>, dir: &Path) {
     let rt = runtime();
@@ -504,6 +550,12 @@ mod sqlite {
         runtime().block_on(super::a_node_dying_mid_batch_leaves_it_to_be_finished(s));
     }
 
+    #[test]
+    fn a_batch_given_up_leaves_no_file_behind() {
+        let (s, _dir) = store();
+        runtime().block_on(super::a_batch_given_up_leaves_no_file_behind(s));
+    }
+
     /// Only acts when re-run as the crash test's child.
     #[test]
     fn retention_child() {
@@ -552,6 +604,16 @@ mod postgres {
         rt.block_on(super::a_node_dying_mid_batch_leaves_it_to_be_finished(
             Arc::new(s),
         ));
+    }
+
+    #[test]
+    fn a_batch_given_up_leaves_no_file_behind() {
+        let Some(url) = campanile_testkit::pg_url("retention give-up test") else {
+            return;
+        };
+        let rt = runtime();
+        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
+        rt.block_on(super::a_batch_given_up_leaves_no_file_behind(Arc::new(s)));
     }
 
     /// Only acts when re-run as the crash test's child.

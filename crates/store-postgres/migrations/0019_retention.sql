@@ -11,7 +11,8 @@ CREATE TABLE retention_batches (
     owner        TEXT    NOT NULL,
     lease_until  BIGINT  NOT NULL,
     ids          UUID[]  NOT NULL,
-    opened_at    BIGINT  NOT NULL
+    opened_at    BIGINT  NOT NULL,
+    abandoned    BOOLEAN NOT NULL DEFAULT false  -- given up: its files are being deleted
 );
 -- One row to lock: nodes open and close batches one at a time.
 CREATE TABLE retention_lock (

@@ -44,18 +44,19 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Reten
     .await?;
     let open = query(
         &tx,
-        "SELECT id, owner, lease_until, ids FROM retention_batches ORDER BY id LIMIT 1",
+        "SELECT id, owner, lease_until, ids, abandoned FROM retention_batches ORDER BY id LIMIT 1",
         &[],
     )
     .await?;
-    let (id, resumed, ids, scanned_to) = match open.first() {
+    let (id, resumed, abandoned, ids, scanned_to) = match open.first() {
         Some(row) => {
-            let (id, owner, until, ids): (i64, String, i64, Vec<Uuid>) =
-                (row.get(0), row.get(1), row.get(2), row.get(3));
+            let (id, owner, until, ids, abandoned): (i64, String, i64, Vec<Uuid>, bool) =
+                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
             if owner != p.node && until > now {
                 return Ok(RetentionScan {
                     batch: None,
                     scanned_to: p.after,
+                    busy: true,
                 });
             }
             execute(
@@ -64,7 +65,8 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Reten
                 &[&id, &p.node, &lease_until],
             )
             .await?;
-            (id, true, ids, p.after)
+            let ids = if abandoned { Vec::new() } else { ids };
+            (id, true, abandoned, ids, p.after)
         }
         None => {
             let default_ms = p.default_retention.map(dur_ms);
@@ -115,6 +117,7 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Reten
                 return Ok(RetentionScan {
                     batch: None,
                     scanned_to,
+                    busy: false,
                 });
             }
             let rows = query(
@@ -128,14 +131,20 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Reten
                 .first()
                 .ok_or_else(|| StoreError::Database("no batch id returned".into()))?
                 .get(0);
-            (id, false, ids, scanned_to)
+            (id, false, false, ids, scanned_to)
         }
     };
     tx.commit().await.map_err(pg_err)?;
     let items = read_retired(&*c, &ids, now).await?;
     Ok(RetentionScan {
-        batch: Some(RetentionBatch { id, resumed, items }),
+        batch: Some(RetentionBatch {
+            id,
+            resumed,
+            abandoned,
+            items,
+        }),
         scanned_to,
+        busy: false,
     })
 }
 
@@ -191,7 +200,7 @@ pub(crate) async fn batch_close(c: &mut Client, p: RetentionBatchClose) -> R<Ret
     .await?;
     let open = query(
         &tx,
-        "SELECT owner, ids FROM retention_batches WHERE id = $1",
+        "SELECT owner, ids, abandoned FROM retention_batches WHERE id = $1",
         &[&p.batch],
     )
     .await?;
@@ -201,32 +210,55 @@ pub(crate) async fn batch_close(c: &mut Client, p: RetentionBatchClose) -> R<Ret
             p.batch
         )));
     };
-    let (owner, mut chosen): (String, Vec<Uuid>) = (row.get(0), row.get(1));
+    let (owner, mut chosen, abandoned): (String, Vec<Uuid>, bool) =
+        (row.get(0), row.get(1), row.get(2));
     if owner != p.node {
         return Err(StoreError::WrongState(format!(
             "retention batch {} is held by '{owner}'",
             p.batch
         )));
     }
+    if abandoned {
+        // Its files are gone (the caller deleted them): forget it.
+        execute(
+            &tx,
+            "DELETE FROM retention_batches WHERE id = $1",
+            &[&p.batch],
+        )
+        .await?;
+        tx.commit().await.map_err(pg_err)?;
+        return Ok(RetentionClosed {
+            abandoned: true,
+            ..RetentionClosed::default()
+        });
+    }
     chosen.sort();
-    let mut archived: Vec<Uuid> = p.items.iter().map(|(id, _)| id.0).collect();
+    let mut archived: Vec<Uuid> = p.items.iter().map(|k| k.id.0).collect();
     archived.sort();
     archived.dedup();
-    // Every occurrence as the archive holds it (locked against a redrive until the end), or
-    // nothing is removed.
+    // Every occurrence as the archive holds it (locked against a redrive until the end, in id
+    // order), with no delivery pending, or nothing is removed.
     let unchanged = archived == chosen && {
         let held = query(
             &tx,
-            "SELECT id, epoch, state FROM occurrences WHERE id = ANY($1) FOR UPDATE",
+            "SELECT o.id, o.epoch, o.state, o.finished_at,
+                    EXISTS (SELECT 1 FROM outbox b
+                             WHERE b.occurrence_id = o.id AND b.settled_at IS NULL)
+               FROM occurrences o WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE",
             &[&chosen],
         )
         .await?;
-        let epochs: std::collections::HashMap<Uuid, i64> =
-            p.items.iter().map(|(id, e)| (id.0, *e)).collect();
+        let keys: std::collections::HashMap<Uuid, &ArchivedKey> =
+            p.items.iter().map(|k| (k.id.0, k)).collect();
         held.len() == chosen.len()
             && held.iter().all(|r| {
-                epochs.get(&r.get::<_, Uuid>(0)) == Some(&r.get::<_, i64>(1))
-                    && stored_state(r.get(2)).is_ok_and(|s| s.is_final())
+                keys.get(&r.get::<_, Uuid>(0)).is_some_and(|k| {
+                    k.epoch == r.get::<_, i64>(1)
+                        && k.state.is_final()
+                        && stored_state(r.get(2)).is_ok_and(|s| s == k.state)
+                        && k.finished_at.map(|t| t.as_millisecond()) == r.get::<_, Option<i64>>(3)
+                        && !r.get::<_, bool>(4)
+                })
             })
     };
     let closed = if unchanged {
@@ -240,10 +272,18 @@ pub(crate) async fn batch_close(c: &mut Client, p: RetentionBatchClose) -> R<Ret
             abandoned: false,
         }
     } else {
-        RetentionClosed {
+        // Given up: marked, kept open until its files are deleted.
+        execute(
+            &tx,
+            "UPDATE retention_batches SET abandoned = true WHERE id = $1",
+            &[&p.batch],
+        )
+        .await?;
+        tx.commit().await.map_err(pg_err)?;
+        return Ok(RetentionClosed {
             abandoned: true,
             ..RetentionClosed::default()
-        }
+        });
     };
     execute(
         &tx,

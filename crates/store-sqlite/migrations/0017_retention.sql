@@ -14,7 +14,8 @@ CREATE TABLE retention_batches (
     owner        TEXT    NOT NULL,
     lease_until  INTEGER NOT NULL,
     ids          BLOB    NOT NULL,      -- the occurrence ids, 16 bytes each
-    opened_at    INTEGER NOT NULL
+    opened_at    INTEGER NOT NULL,
+    abandoned    INTEGER NOT NULL DEFAULT 0  -- given up: its files are being deleted
 );
 
 -- What retention removed, counted per schedule version, UTC day and final state, with the

@@ -557,21 +557,29 @@ impl Store for SqliteStore {
     ) -> Result<RetentionScan, StoreError> {
         let now = self.now(p.now);
         // Chosen (and recorded) on the writer; read on a reader, off the writer.
-        let (opened, scanned_to) = self
+        let (opened, scanned_to, busy) = self
             .write(move |c| retention::batch_open(c, &p, now))
             .await?;
-        let Some((id, resumed, ids)) = opened else {
+        let Some(open) = opened else {
             return Ok(RetentionScan {
                 batch: None,
                 scanned_to,
+                busy,
             });
         };
+        let ids = open.ids;
         let items = self
             .read(move |c| retention::read_retired(c, &ids, now))
             .await?;
         Ok(RetentionScan {
-            batch: Some(RetentionBatch { id, resumed, items }),
+            batch: Some(RetentionBatch {
+                id: open.id,
+                resumed: open.resumed,
+                abandoned: open.abandoned,
+                items,
+            }),
             scanned_to,
+            busy,
         })
     }
 

@@ -25,30 +25,46 @@ pub(crate) fn tenant_retention_set(c: &Connection, p: &TenantRetentionSet) -> R<
     Ok(())
 }
 
-/// The batch a node is to archive (its id, whether it was left open, its occurrence ids), and
-/// where the scan goes on from.
-pub(crate) type Opened = (Option<(i64, bool, Vec<Uuid>)>, Option<OccurrenceId>);
+/// A batch a node is to archive (or, given up, to clean up after).
+pub(crate) struct OpenBatch {
+    pub(crate) id: i64,
+    pub(crate) resumed: bool,
+    pub(crate) abandoned: bool,
+    pub(crate) ids: Vec<Uuid>,
+}
+
+/// The batch, where the scan goes on from, and whether another node holds the open batch.
+pub(crate) type Opened = (Option<OpenBatch>, Option<OccurrenceId>, bool);
 
 /// Opens a batch, or hands back the open one when this node may finish it (writer).
 pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<Opened> {
     let lease_until = now.saturating_add(crate::db::dur_ms(p.lease));
-    let open: Option<(i64, String, i64, Vec<u8>)> = c
+    let open: Option<(i64, String, i64, Vec<u8>, bool)> = c
         .prepare_cached(
-            "SELECT id, owner, lease_until, ids FROM retention_batches ORDER BY id LIMIT 1",
+            "SELECT id, owner, lease_until, ids, abandoned FROM retention_batches ORDER BY id LIMIT 1",
         )
         .and_then(|mut s| {
-            s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                .optional()
+            s.query_row([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()
         })
         .map_err(db_err)?;
-    if let Some((id, owner, until, ids)) = open {
+    if let Some((id, owner, until, ids, abandoned)) = open {
         if owner != p.node && until > now {
-            return Ok((None, p.after));
+            return Ok((None, p.after, true));
         }
         c.prepare_cached("UPDATE retention_batches SET owner = ?2, lease_until = ?3 WHERE id = ?1")
             .and_then(|mut s| s.execute(params![id, p.node, lease_until]))
             .map_err(db_err)?;
-        return Ok((Some((id, true, uuids(&ids)?)), p.after));
+        let ids = if abandoned { Vec::new() } else { uuids(&ids)? };
+        let batch = OpenBatch {
+            id,
+            resumed: true,
+            abandoned,
+            ids,
+        };
+        return Ok((Some(batch), p.after, false));
     }
     let default_ms = p.default_retention.map(crate::db::dur_ms);
     // Only occurrences planned before the shortest retention in force can be due: ids lead
@@ -61,7 +77,7 @@ pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<
         .and_then(|mut s| s.query_row(params![default_ms], |r| r.get(0)))
         .map_err(db_err)?;
     let Some(shortest) = shortest else {
-        return Ok((None, None));
+        return Ok((None, None, false));
     };
     let bound =
         OccurrenceId::floor(ts(now.saturating_sub(shortest)).unwrap_or(Timestamp::UNIX_EPOCH)).0;
@@ -92,7 +108,7 @@ pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<
         (_, None) => None,
     };
     if ids.is_empty() {
-        return Ok((None, scanned_to));
+        return Ok((None, scanned_to, false));
     }
     let blob: Vec<u8> = ids.iter().flat_map(|u| *u.as_bytes()).collect();
     let id: i64 = c
@@ -102,7 +118,13 @@ pub(crate) fn batch_open(c: &Connection, p: &RetentionBatchOpen, now: i64) -> R<
         )
         .and_then(|mut s| s.query_row(params![p.node, lease_until, blob, now], |r| r.get(0)))
         .map_err(db_err)?;
-    Ok((Some((id, false, ids)), scanned_to))
+    let batch = OpenBatch {
+        id,
+        resumed: false,
+        abandoned: false,
+        ids,
+    };
+    Ok((Some(batch), scanned_to, false))
 }
 
 /// Occurrences retention may take, oldest first (`?1` now, `?2` the operator's default in
@@ -191,14 +213,14 @@ pub(crate) fn batch_close(
     p: &RetentionBatchClose,
     _now: i64,
 ) -> R<RetentionClosed> {
-    let open: Option<(String, Vec<u8>)> = c
-        .prepare_cached("SELECT owner, ids FROM retention_batches WHERE id = ?1")
+    let open: Option<(String, Vec<u8>, bool)> = c
+        .prepare_cached("SELECT owner, ids, abandoned FROM retention_batches WHERE id = ?1")
         .and_then(|mut s| {
-            s.query_row(params![p.batch], |r| Ok((r.get(0)?, r.get(1)?)))
+            s.query_row(params![p.batch], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
         .map_err(db_err)?;
-    let Some((owner, ids)) = open else {
+    let Some((owner, ids, abandoned)) = open else {
         return Err(StoreError::WrongState(format!(
             "retention batch {} is not open",
             p.batch
@@ -210,51 +232,81 @@ pub(crate) fn batch_close(
             p.batch
         )));
     }
+    let given_up = RetentionClosed {
+        abandoned: true,
+        ..RetentionClosed::default()
+    };
+    if abandoned {
+        // Its files are gone (the caller deleted them): forget it.
+        delete_batch(c, p.batch)?;
+        return Ok(given_up);
+    }
+    let give_up = |c: &Connection| -> R<RetentionClosed> {
+        c.prepare_cached("UPDATE retention_batches SET abandoned = 1 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![p.batch]))
+            .map_err(db_err)?;
+        Ok(given_up)
+    };
     let mut chosen = uuids(&ids)?;
     chosen.sort();
-    let mut archived: Vec<Uuid> = p.items.iter().map(|(id, _)| id.0).collect();
+    let mut archived: Vec<Uuid> = p.items.iter().map(|k| k.id.0).collect();
     archived.sort();
     archived.dedup();
-    let give_up = |c: &Connection| -> R<RetentionClosed> {
-        delete_batch(c, p.batch)?;
-        Ok(RetentionClosed {
-            abandoned: true,
-            ..RetentionClosed::default()
-        })
-    };
     if archived != chosen {
         return give_up(c);
     }
-    // Every occurrence as the archive holds it, or nothing is removed.
+    // Every occurrence as the archive holds it, with no delivery pending, or nothing is
+    // removed.
     let mut rows = Vec::with_capacity(p.items.len());
-    for (id, epoch) in &p.items {
-        let row: Option<(i64, i64, Uuid, u32, i64, String, i64)> = c
+    for key in &p.items {
+        let row: Option<Held> = c
             .prepare_cached(
-                "SELECT seq, tenant_id, schedule_id, version, scheduled_for, state, epoch
+                "SELECT seq, tenant_id, schedule_id, version, scheduled_for, state, epoch, finished_at,
+                        EXISTS (SELECT 1 FROM outbox b
+                                 WHERE b.occurrence_id = occurrences.id AND b.settled_at IS NULL)
                    FROM occurrences WHERE id = ?1",
             )
             .and_then(|mut s| {
-                s.query_row(params![id.0], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                    ))
+                s.query_row(params![key.id.0], |r| {
+                    Ok(Held {
+                        seq: r.get(0)?,
+                        tenant: r.get(1)?,
+                        schedule: r.get(2)?,
+                        version: r.get(3)?,
+                        at: r.get(4)?,
+                        state: r.get(5)?,
+                        epoch: r.get(6)?,
+                        finished_at: r.get(7)?,
+                        pending_delivery: r.get(8)?,
+                    })
                 })
                 .optional()
             })
             .map_err(db_err)?;
         match row {
-            Some(r) if r.6 == *epoch && stored_state(&r.5)?.is_final() => rows.push((*id, r)),
+            Some(h)
+                if h.epoch == key.epoch
+                    && h.state == key.state.as_str()
+                    && key.state.is_final()
+                    && h.finished_at == key.finished_at.map(|t| t.as_millisecond())
+                    && !h.pending_delivery =>
+            {
+                rows.push((key.id, h));
+            }
             _ => return give_up(c),
         }
     }
     let mut closed = RetentionClosed::default();
-    for (id, (seq, tenant, schedule, version, at, state, _)) in rows {
+    for (id, h) in rows {
+        let Held {
+            seq,
+            tenant,
+            schedule,
+            version,
+            at,
+            state,
+            ..
+        } = h;
         closed.attempts_removed += c
             .prepare_cached("DELETE FROM attempts WHERE occurrence_seq = ?1")
             .and_then(|mut s| s.execute(params![seq]))
@@ -289,6 +341,19 @@ pub(crate) fn batch_close(
     }
     delete_batch(c, p.batch)?;
     Ok(closed)
+}
+
+/// An occurrence of a batch as it is now.
+struct Held {
+    seq: i64,
+    tenant: i64,
+    schedule: Uuid,
+    version: u32,
+    at: i64,
+    state: String,
+    epoch: i64,
+    finished_at: Option<i64>,
+    pending_delivery: bool,
 }
 
 fn delete_batch(c: &Connection, id: i64) -> R<()> {

@@ -278,9 +278,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Closes a batch whose archive is written: in one transaction, removes its occurrences
     /// and their attempts, adds them to the per (schedule, version, day, state) rollups, and
     /// closes the batch. If any of them changed since the archive read it (not there, or
-    /// another epoch or state: a redrive), nothing is removed and the batch is given up
-    /// ([`RetentionClosed::abandoned`]); its occurrences are chosen again by a later batch if
-    /// they are still due. `WrongState` if the batch is not open or not this node's.
+    /// another epoch, state or end: a redrive), or has a delivery pending again, nothing is
+    /// removed and the batch is marked given up ([`RetentionClosed::abandoned`]): the caller
+    /// deletes its archive files and closes it again, which forgets it; its occurrences are
+    /// chosen again by a later batch if they are still due. `WrongState` if the batch is not
+    /// open or not this node's.
     async fn retention_batch_close(
         &self,
         p: RetentionBatchClose,

@@ -740,11 +740,36 @@ pub struct RetentionBatchClose {
     /// The node that opened (or took over) it: a node whose hold on the batch passed to
     /// another, or whose batch another node closed, is refused ([`crate::StoreError::WrongState`]).
     pub node: String,
-    /// Each occurrence archived with the epoch the archive holds: one redriven since (a new
-    /// epoch or state) gives the batch up.
-    pub items: Vec<(OccurrenceId, i64)>,
+    /// Each occurrence as the archive holds it: one that changed since (a redrive, a cancel
+    /// after it: another state, epoch or end) gives the batch up.
+    pub items: Vec<ArchivedKey>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
+}
+
+/// What identifies an occurrence as an archive holds it ([`RetentionBatchClose::items`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchivedKey {
+    /// The occurrence.
+    pub id: OccurrenceId,
+    /// The epoch of its last claim.
+    pub epoch: i64,
+    /// Its final state.
+    pub state: OccurrenceState,
+    /// When it reached it.
+    pub finished_at: Option<Timestamp>,
+}
+
+impl ArchivedKey {
+    /// The key of an occurrence as read.
+    pub fn of(o: &crate::Occurrence) -> ArchivedKey {
+        ArchivedKey {
+            id: o.id,
+            epoch: o.epoch,
+            state: o.state,
+            finished_at: o.finished_at,
+        }
+    }
 }
 
 /// Params of [`crate::Store::rollup_list`].

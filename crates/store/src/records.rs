@@ -81,6 +81,10 @@ pub struct RetentionBatch {
     pub id: i64,
     /// Whether it was left open by a node that stopped (and is being finished now).
     pub resumed: bool,
+    /// Whether it was given up ([`RetentionClosed::abandoned`]) and its archive files may
+    /// still be there: the caller deletes every file of the batch, then closes it again,
+    /// which forgets it. Such a batch has no items.
+    pub abandoned: bool,
     /// Its occurrences, in `(tenant, id)` order. Empty when every one of them changed
     /// after the batch chose it (a redrive): the batch is then closed with nothing removed.
     pub items: Vec<Retired>,
@@ -95,6 +99,8 @@ pub struct RetentionScan {
     /// this call reached the youngest occurrence any retention could take (the next starts
     /// again from the oldest).
     pub scanned_to: Option<OccurrenceId>,
+    /// Whether another node holds the open batch (nothing was looked at).
+    pub busy: bool,
 }
 
 /// What [`crate::Store::retention_batch_close`] did.
@@ -105,7 +111,8 @@ pub struct RetentionClosed {
     /// Attempt rows removed with them.
     pub attempts_removed: u64,
     /// Whether the batch was given up instead: one of its occurrences changed since it was
-    /// read (redriven), so nothing was removed and its archive files must be deleted.
+    /// read (redriven), or one has a delivery pending again, so nothing was removed. The batch
+    /// stays open, marked, until its archive files are deleted and it is closed again.
     pub abandoned: bool,
 }
 
