@@ -79,7 +79,8 @@ macro_rules! conformance_tests {
             retention_takes_exactly_the_eligible_occurrences,
             a_retention_batch_left_open_is_finished_not_chosen_again,
             a_retention_batch_with_a_redriven_occurrence_is_given_up,
-            retention_steps_over_kept_history_a_window_at_a_time);
+            retention_steps_over_kept_history_a_window_at_a_time,
+            a_triggered_schedule_runs_once_now_and_its_key_answers_again);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

@@ -604,3 +604,100 @@ pub fn idempotency_reservations_are_taken_over_only_when_nothing_was_created(
         assert!(s.idempotency_put(other("F", secs(2))).await.unwrap());
     });
 }
+
+pub fn a_triggered_schedule_runs_once_now_and_its_key_answers_again(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let trigger = |key: Option<&str>, now: Timestamp| ScheduleTrigger {
+            tenant: f.tenant,
+            id: f.schedule,
+            key: key.map(str::to_string),
+            now: Some(now),
+        };
+        let first = s
+            .schedule_trigger(trigger(Some("k1"), secs(100)))
+            .await
+            .unwrap();
+        assert!(first.created);
+        assert_eq!(first.scheduled_for, secs(100));
+        let d = get(s, &f, first.occurrence_id, secs(100)).await;
+        assert_eq!(
+            (
+                d.occurrence.state,
+                d.occurrence.origin,
+                d.occurrence.queue.as_str()
+            ),
+            (OccurrenceState::Ready, Origin::Manual, "q")
+        );
+        assert_eq!((d.occurrence.version, d.occurrence.max_attempts), (1, 3));
+        // Sent again with its key: the same occurrence, nothing new.
+        let again = s
+            .schedule_trigger(trigger(Some("k1"), secs(101)))
+            .await
+            .unwrap();
+        assert_eq!(
+            (again.occurrence_id, again.scheduled_for, again.created),
+            (first.occurrence_id, secs(100), false)
+        );
+        let other = s.schedule_trigger(trigger(None, secs(102))).await.unwrap();
+        assert!(other.created);
+        assert_ne!(other.occurrence_id, first.occurrence_id);
+        // Both are claimable at once, first things first.
+        let c = claim(s, &f, "q", "w", 10, 30, secs(103)).await;
+        let claimed: Vec<OccurrenceId> = c.iter().map(|c| c.id).collect();
+        assert_eq!(claimed, vec![first.occurrence_id, other.occurrence_id]);
+        // A planned occurrence reads as planned.
+        let planned = insert(s, &f, vec![new_occ(&f, "q", secs(200), 3)]).await;
+        assert_eq!(
+            get(s, &f, planned[0], secs(200)).await.occurrence.origin,
+            Origin::Planned
+        );
+        // A pause cancels an unclaimed manual run like any other, and a paused schedule is
+        // not run on demand.
+        let pending = s.schedule_trigger(trigger(None, secs(300))).await.unwrap();
+        s.schedule_transition(ScheduleTransition {
+            tenant: f.tenant,
+            id: f.schedule,
+            to: ScheduleState::Paused,
+            superseded: Superseded::default(),
+            now: Some(secs(301)),
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            get(s, &f, pending.occurrence_id, secs(302))
+                .await
+                .occurrence
+                .state,
+            OccurrenceState::Canceled
+        );
+        let refused = s.schedule_trigger(trigger(None, secs(303))).await;
+        assert!(
+            matches!(refused, Err(StoreError::WrongState(_))),
+            "{refused:?}"
+        );
+        let unknown = s
+            .schedule_trigger(ScheduleTrigger {
+                id: ScheduleId(Uuid::now_v7()),
+                ..trigger(None, secs(304))
+            })
+            .await;
+        assert!(
+            matches!(unknown, Err(StoreError::NotFound(_))),
+            "{unknown:?}"
+        );
+        // Another tenant cannot trigger it.
+        let other_tenant = fixture(s, "other", "q").await;
+        let foreign = s
+            .schedule_trigger(ScheduleTrigger {
+                tenant: other_tenant.tenant,
+                ..trigger(None, secs(305))
+            })
+            .await;
+        assert!(
+            matches!(foreign, Err(StoreError::NotFound(_))),
+            "{foreign:?}"
+        );
+    });
+}

@@ -20,7 +20,7 @@ use campanile_calendar::Calendar;
 use campanile_core::{OccurrenceState, ScheduleId};
 use campanile_store::SchedulePosition;
 use campanile_store::{
-    MissedRange, MissedRangeList, OccurrenceList, RollupList, ScheduleGet, ScheduleRecord,
+    MissedRange, MissedRangeList, OccurrenceList, Origin, RollupList, ScheduleGet, ScheduleRecord,
     ScheduleState, Store, StoreError, TenantId, Timing,
 };
 use jiff::{SignedDuration, Timestamp};
@@ -441,7 +441,9 @@ pub(crate) async fn occurrences(
                 now: Some(now),
             })
             .await?;
-        for o in &page {
+        // Runs an operator triggered are no instant of the calendar: not expected, not
+        // unexpected.
+        for o in page.iter().filter(|o| o.origin == Origin::Planned) {
             out.entry(o.scheduled_for)
                 .or_default()
                 .push((o.version, o.state));

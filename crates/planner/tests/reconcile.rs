@@ -569,3 +569,57 @@ async fn calendar_features_reconcile_with_nothing_missing(env: Env) {
 }
 
 both!(calendar_features_reconcile_with_nothing_missing);
+
+/// A run an operator triggered is no instant of the calendar: reconcile neither expects it
+/// nor reports it as unexpected, and the planned instants around it reconcile as before.
+async fn a_triggered_run_is_neither_expected_nor_unexpected(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let id = s
+        .create(env.tenant, utc("*/10 * * * *"), Some(t0))
+        .await
+        .unwrap()
+        .record
+        .id;
+    p.tick(Some(t0)).await.unwrap();
+    let manual = env
+        .store
+        .schedule_trigger(ScheduleTrigger {
+            tenant: env.tenant,
+            id,
+            key: None,
+            now: Some(plus(t0, 123)),
+        })
+        .await
+        .unwrap();
+    assert!(manual.created);
+    for minute in 0..=30 {
+        work(&env, plus(t0, minute * 60 + 1)).await;
+    }
+    let r = reconcile_clean(&env, &[("cron", id)], t0, plus(t0, 30 * 60)).await;
+    let total: u64 = r["cron"].counts.values().sum();
+    assert_eq!(
+        total, 3,
+        "00:00, 00:10 and 00:20 only: {:?}",
+        r["cron"].counts
+    );
+    let d = env
+        .store
+        .occurrence_get(OccurrenceGet {
+            tenant: env.tenant,
+            key: OccurrenceKey::Id(manual.occurrence_id),
+            now: Some(plus(t0, 30 * 60)),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.occurrence.origin, Origin::Manual);
+    assert!(
+        d.occurrence.state.is_final(),
+        "the triggered run ran: {:?}",
+        d.occurrence.state
+    );
+}
+
+both!(a_triggered_run_is_neither_expected_nor_unexpected);

@@ -742,6 +742,9 @@ pub struct OccurrenceOut {
     /// When it reached a final state.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<Timestamp>,
+    /// `planned` (from the schedule's calendar) or `manual` (run on demand with
+    /// `POST /v1/schedules/{id}/trigger`).
+    pub origin: &'static str,
     /// Attempts, oldest first (single-occurrence reads only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptOut>>,
@@ -769,6 +772,7 @@ impl OccurrenceOut {
             result: o.result.as_deref().and_then(stored_json),
             last_error: o.last_error.clone(),
             finished_at: o.finished_at,
+            origin: o.origin.as_str(),
             attempts: None,
         }
     }

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use campanile_calendar::{FireNote, Zone};
 use campanile_core::ScheduleId;
 use campanile_store::{
-    IdempotencyFinish, IdempotencyGet, IdempotencyPut, IdempotencyToken, ScheduleChange,
-    ScheduleState,
+    IdempotencyFinish, IdempotencyGet, IdempotencyPut, IdempotencyToken, OccurrenceGet,
+    OccurrenceKey, ScheduleChange, ScheduleState, ScheduleTrigger,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::body::{JsonBody, PathParams, QueryParams};
-use crate::dto::{DstDto, InFlight, ScheduleChangeOut, ScheduleInput, ScheduleList, ScheduleOut};
+use crate::dto::{
+    DstDto, InFlight, OccurrenceOut, ScheduleChangeOut, ScheduleInput, ScheduleList, ScheduleOut,
+};
 use crate::{ApiError, AppState, ErrorBody};
 
 pub(crate) fn parse_schedule_id(s: &str) -> Result<ScheduleId, ApiError> {
@@ -56,18 +58,7 @@ pub(crate) async fn create(
     headers: HeaderMap,
     body: JsonBody<ScheduleInput>,
 ) -> Result<Response, ApiError> {
-    let idem = headers
-        .get("idempotency-key")
-        .map(|v| v.to_str().map(str::to_string));
-    let idem = match idem {
-        Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k),
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "Idempotency-Key must be 1 to 255 visible characters",
-            ));
-        }
-        None => None,
-    };
+    let idem = idempotency_key(&headers)?;
     if body.value.version.is_some() {
         return Err(ApiError::invalid("version is only accepted by PATCH"));
     }
@@ -387,6 +378,66 @@ async fn transition(
         p.notify();
     }
     Ok(Json(change_out(change, view.next_fires)))
+}
+
+/// The request's `Idempotency-Key`, if it has one; 400 if it is not 1 to 255 visible
+/// characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers
+        .get("idempotency-key")
+        .map(|v| v.to_str().map(str::to_string))
+    {
+        Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Ok(Some(k)),
+        Some(_) => Err(ApiError::bad_request(
+            "Idempotency-Key must be 1 to 255 visible characters",
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Run a schedule now: one occurrence of its current version, ready at once and marked
+/// `manual`, under the schedule's queue, priority, retries, lease and overlap policy. With an
+/// `Idempotency-Key`, a trigger sent again answers the occurrence the first made (200)
+/// instead of making another. A paused or canceled schedule is not run (409).
+#[utoipa::path(post, path = "/v1/schedules/{id}/trigger", tag = "schedules",
+    params(("id" = String, Path, format = Uuid),
+        ("Idempotency-Key" = Option<String>, Header, nullable = false,
+        description = "Makes retries safe: 1 to 255 visible ASCII characters (spaces inside)",
+        min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$")),
+    responses((status = 201, body = OccurrenceOut), (status = 200, description = "sent again with its key: the occurrence the first made", body = OccurrenceOut),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn trigger(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_schedule_id(&id)?;
+    let key = idempotency_key(&headers)?;
+    let t = state
+        .store
+        .schedule_trigger(ScheduleTrigger {
+            tenant: caller.tenant,
+            id,
+            key,
+            now: None,
+        })
+        .await?;
+    let detail = state
+        .store
+        .occurrence_get(OccurrenceGet {
+            tenant: caller.tenant,
+            key: OccurrenceKey::Id(t.occurrence_id),
+            now: None,
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("occurrence {}", t.occurrence_id.0)))?;
+    let status = if t.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(OccurrenceOut::detail(&detail))).into_response())
 }
 
 /// Pause: unclaimed occurrences are canceled; on resume, what was missed follows the misfire

@@ -28,6 +28,7 @@ mod relay;
 mod retention;
 mod schedule;
 mod tenant;
+mod trigger;
 mod version;
 
 use std::str::FromStr;
@@ -633,6 +634,10 @@ impl Store for PgStore {
 
     async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
         version::schedule_versions(&self.client().await?, p.tenant, p.id).await
+    }
+
+    async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError> {
+        trigger::schedule_trigger(&mut self.client().await?, p).await
     }
 
     async fn tenant_retention_set(&self, p: TenantRetentionSet) -> Result<(), StoreError> {

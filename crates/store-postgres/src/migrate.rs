@@ -98,6 +98,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "retention",
         include_str!("../migrations/0019_retention.sql"),
     ),
+    (
+        20,
+        "occurrence_origin",
+        include_str!("../migrations/0020_occurrence_origin.sql"),
+    ),
 ];
 
 /// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the

@@ -133,6 +133,13 @@ pub(crate) fn occurrence_row(r: &Row, now: i64) -> R<(i64, Occurrence)> {
             last_error_class: class.as_deref().and_then(|c| c.parse().ok()),
             last_error: r.get(17),
             finished_at: opt_ts(r.get(18))?,
+            // By name: each statement read here ends with `origin`, after its own columns.
+            origin: Origin::from_column(
+                r.try_get::<_, Option<String>>("origin")
+                    .ok()
+                    .flatten()
+                    .as_deref(),
+            ),
         },
     ))
 }
@@ -198,7 +205,7 @@ pub(crate) const OCC_WITH_ATTEMPTS: &str = include_str!("sql/occ_with_attempts.s
 
 pub(crate) async fn occurrence_list(c: &Client, p: OccurrenceList) -> R<Vec<Occurrence>> {
     let now = resolve_now(c, p.now).await?;
-    let mut sql = format!("SELECT {OCC_COLS} FROM occurrences WHERE tenant_id = $1");
+    let mut sql = format!("SELECT {OCC_COLS}, origin FROM occurrences WHERE tenant_id = $1");
     let mut params: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(p.tenant.0)];
     let mut push = |clause: &str, v: Box<dyn ToSql + Sync + Send>, sql: &mut String| {
         params.push(v);

@@ -28,6 +28,7 @@ mod relay;
 mod retention;
 mod schedule;
 mod tenant;
+mod trigger;
 mod version;
 mod writer;
 
@@ -543,6 +544,12 @@ impl Store for SqliteStore {
 
     async fn schedule_versions(&self, p: ScheduleGet) -> Result<Vec<ScheduleVersion>, StoreError> {
         self.read(move |c| version::schedule_versions(c, p.tenant, p.id))
+            .await
+    }
+
+    async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| trigger::schedule_trigger(c, &p, now))
             .await
     }
 

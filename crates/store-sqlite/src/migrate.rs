@@ -88,6 +88,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "retention",
         include_str!("../migrations/0017_retention.sql"),
     ),
+    (
+        18,
+        "occurrence_origin",
+        include_str!("../migrations/0018_occurrence_origin.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

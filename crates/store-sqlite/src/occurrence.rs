@@ -170,6 +170,13 @@ pub(crate) fn occurrence_row(r: &Row<'_>, now: i64) -> rusqlite::Result<R<(i64, 
         r.get::<_, Option<String>>(17)?,
         r.get::<_, Option<i64>>(18)?,
     );
+    // By name: each statement read here ends with `origin`, after its own columns.
+    let origin = Origin::from_column(
+        r.get::<_, Option<String>>("origin")
+            .ok()
+            .flatten()
+            .as_deref(),
+    );
     Ok((|| {
         let (
             seq,
@@ -205,6 +212,7 @@ pub(crate) fn occurrence_row(r: &Row<'_>, now: i64) -> rusqlite::Result<R<(i64, 
                 last_error_class: class.as_deref().and_then(|c| c.parse().ok()),
                 last_error,
                 finished_at: opt_ts(finished_at)?,
+                origin,
             },
         ))
     })())
@@ -299,7 +307,7 @@ pub(crate) fn attempts_of(c: &Connection, seq: i64) -> R<Vec<Attempt>> {
 }
 
 pub(crate) fn occurrence_list(c: &Connection, p: &OccurrenceList, now: i64) -> R<Vec<Occurrence>> {
-    let mut sql = format!("SELECT {OCC_COLS} FROM occurrences WHERE tenant_id = :tenant");
+    let mut sql = format!("SELECT {OCC_COLS}, origin FROM occurrences WHERE tenant_id = :tenant");
     let sid = p.schedule_id.map(|s| s.0);
     if sid.is_some() {
         sql.push_str(" AND schedule_id = :sid");

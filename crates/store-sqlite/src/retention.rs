@@ -163,7 +163,7 @@ pub(crate) fn read_retired(c: &Connection, ids: &[Uuid], now: i64) -> R<Vec<Reti
     let c: &Connection = &snapshot;
     let sql = format!(
         "SELECT {OCC_COLS}, claimed_at, tenant_id,
-                (SELECT name FROM tenants WHERE tenants.id = occurrences.tenant_id)
+                (SELECT name FROM tenants WHERE tenants.id = occurrences.tenant_id), origin
            FROM occurrences WHERE id = ?1"
     );
     let mut out = Vec::with_capacity(ids.len());

@@ -539,6 +539,8 @@ fn upgrade_rebuilds_occurrences_around_a_schedule_major_key() {
             "occurrences_ran_constrained_schedule",
             "occurrences_running",
             "occurrences_running_schedule",
+            // A later migration's (trigger keys).
+            "occurrences_trigger_key",
             "sqlite_autoindex_occurrences_1",
             "sqlite_autoindex_occurrences_2",
         ]

@@ -106,6 +106,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         p: ScheduleTransition,
     ) -> Result<ScheduleChange, StoreError>;
 
+    /// Runs a schedule now: one occurrence of its current version, `READY` at `now` (its
+    /// instant), marked [`Origin::Manual`], under the schedule's policies (queue, priority,
+    /// retries, lease, overlap). Serialized with changes to the schedule: a trigger that
+    /// answered before a pause, update or cancel is canceled by it like any unclaimed
+    /// occurrence. `NotFound` for a schedule the tenant does not have; `WrongState` for one that
+    /// is paused or canceled.
+    async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError>;
+
     // ── Idempotent creates ──
 
     /// A stored answer for `(tenant, key)`.

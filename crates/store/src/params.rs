@@ -787,3 +787,17 @@ pub struct QueueLimitList {
     /// Whose queues.
     pub tenant: TenantId,
 }
+
+/// Params of [`crate::Store::schedule_trigger`].
+#[derive(Debug, Clone)]
+pub struct ScheduleTrigger {
+    /// Whose schedule.
+    pub tenant: TenantId,
+    /// The schedule.
+    pub id: ScheduleId,
+    /// The trigger's idempotency key: a trigger sent again with the same key makes nothing
+    /// new and answers the occurrence the first made.
+    pub key: Option<String>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}

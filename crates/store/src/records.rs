@@ -353,6 +353,48 @@ pub struct Occurrence {
     pub last_error: Option<String>,
     /// When it reached a final state.
     pub finished_at: Option<Timestamp>,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+/// Where an occurrence came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// Planned from its schedule's calendar.
+    #[default]
+    Planned,
+    /// Triggered by an operator ([`crate::Store::schedule_trigger`]): not an instant of the
+    /// calendar, and not expected by `campanile reconcile`.
+    Manual,
+}
+
+impl Origin {
+    /// The API's and the store's name (`planned`, `manual`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Planned => "planned",
+            Origin::Manual => "manual",
+        }
+    }
+
+    /// From the stored column (NULL: planned).
+    pub fn from_column(s: Option<&str>) -> Origin {
+        match s {
+            Some("manual") => Origin::Manual,
+            _ => Origin::Planned,
+        }
+    }
+}
+
+/// What [`crate::Store::schedule_trigger`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triggered {
+    /// The occurrence.
+    pub occurrence_id: OccurrenceId,
+    /// Its instant: when it was triggered.
+    pub scheduled_for: Timestamp,
+    /// False when the trigger's key had already made it (nothing new was made).
+    pub created: bool,
 }
 
 /// How one attempt ended.

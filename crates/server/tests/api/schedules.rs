@@ -668,3 +668,99 @@ async fn zone_names_are_iana_names_and_offsets_stay_within_a_day() {
     assert_eq!(s, StatusCode::CREATED, "{v}");
     assert_eq!(v["at"], "2029-12-31T00:01:00Z");
 }
+
+#[tokio::test]
+async fn a_schedule_runs_now_on_trigger_once_per_key() {
+    let app = app().await;
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "q", "cron": "0 3 * * *", "payload": {"n": 1}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let trigger = |key: Option<&'static str>| {
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(format!("/v1/schedules/{id}/trigger"))
+            .header("authorization", format!("Bearer {}", app.a));
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let (s1, v1, _) = app.raw(trigger(Some("run-now-1"))).await;
+    assert_eq!(s1, StatusCode::CREATED, "{v1}");
+    assert_eq!(
+        (
+            v1["origin"].as_str(),
+            v1["state"].as_str(),
+            v1["schedule_id"].as_str()
+        ),
+        (Some("manual"), Some("READY"), Some(id.as_str()))
+    );
+    let (s2, v2, _) = app.raw(trigger(Some("run-now-1"))).await;
+    assert_eq!(s2, StatusCode::OK, "sent again with its key: {v2}");
+    assert_eq!(v1["id"], v2["id"]);
+    // A worker gets it now, with the schedule's payload; a daily 03:00 cron has nothing else
+    // due.
+    let (_, c) = app
+        .call(
+            "POST",
+            "/v1/queues/q/claim",
+            Some(&app.a),
+            Some(json!({"worker_id": "w", "max": 10})),
+        )
+        .await;
+    let claimed = c["occurrences"].as_array().unwrap();
+    assert_eq!(claimed.len(), 1, "{c}");
+    assert_eq!(claimed[0]["id"], v1["id"]);
+    assert_eq!(claimed[0]["payload"], json!({"n": 1}));
+    // Listed with its origin.
+    let (_, l) = app
+        .call(
+            "GET",
+            &format!("/v1/occurrences?schedule_id={id}"),
+            Some(&app.a),
+            None,
+        )
+        .await;
+    assert_eq!(l["occurrences"][0]["origin"], "manual", "{l}");
+    // Another tenant's key, an unknown schedule, a bad key: refused.
+    let mut foreign = trigger(None);
+    foreign.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", app.b).parse().unwrap(),
+    );
+    let (s, v, _) = app.raw(foreign).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/schedules/{}/trigger", uuid::Uuid::now_v7()),
+            Some(&app.a),
+            None,
+        )
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let mut bad = trigger(None);
+    bad.headers_mut()
+        .insert("idempotency-key", "x".repeat(256).parse().unwrap());
+    let (s, _, _) = app.raw(bad).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // Paused, it is not run.
+    let (s, _) = app
+        .call(
+            "POST",
+            &format!("/v1/schedules/{id}/pause"),
+            Some(&app.a),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v, _) = app.raw(trigger(None)).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "wrong_state"), "{v}");
+}

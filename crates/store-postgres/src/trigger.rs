@@ -1,0 +1,114 @@
+//! A schedule run now by an operator: one manual occurrence of its current version.
+
+use campanile_core::{OccurrenceId, OccurrenceState, occurrence_id};
+use campanile_store::*;
+use deadpool_postgres::{Client, GenericClient};
+use uuid::Uuid;
+
+use crate::db::{R, execute, pg_err, query, resolve_now, ts};
+
+pub(crate) async fn schedule_trigger(c: &mut Client, p: ScheduleTrigger) -> R<Triggered> {
+    let tx = c.transaction().await.map_err(pg_err)?;
+    let now = resolve_now(&tx, p.now).await?;
+    // Serialized with changes to the schedule, which lock its row for update: a pause that
+    // answered first is seen; one that comes after cancels this occurrence.
+    let locked = query(
+        &tx,
+        "SELECT state FROM schedules WHERE id = $1 AND tenant_id = $2 FOR SHARE",
+        &[&p.id.0, &p.tenant.0],
+    )
+    .await?;
+    if locked.is_empty() {
+        return Err(StoreError::NotFound(format!("schedule {}", p.id.0)));
+    }
+    let rec = crate::version::schedule_get(&tx, p.tenant, p.id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id.0)))?;
+    check_state(rec.state)?;
+    if let Some(found) = by_key(&tx, &p).await? {
+        return Ok(found);
+    }
+    let at = ts(now)?;
+    if crate::occurrence::insert_occurrences(&tx, p.tenant, &[manual(&rec, at)], now).await? == 0 {
+        return Err(at_this_instant());
+    }
+    let id = occurrence_id(p.id, rec.version, at);
+    let marked = execute(
+        &tx,
+        "UPDATE occurrences SET origin = 'manual', trigger_key = $2 WHERE id = $1",
+        &[&id.0, &p.key],
+    )
+    .await;
+    match marked {
+        Ok(_) => {}
+        // The same key, triggered at the same time by another request that committed first.
+        Err(StoreError::AlreadyExists(_)) => {
+            drop(tx);
+            return by_key(&*c, &p).await?.ok_or_else(at_this_instant);
+        }
+        Err(e) => return Err(e),
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(Triggered {
+        occurrence_id: id,
+        scheduled_for: at,
+        created: true,
+    })
+}
+
+async fn by_key<C: GenericClient>(c: &C, p: &ScheduleTrigger) -> R<Option<Triggered>> {
+    let Some(key) = &p.key else {
+        return Ok(None);
+    };
+    let rows = query(
+        c,
+        "SELECT id, scheduled_for FROM occurrences WHERE schedule_id = $1 AND trigger_key = $2",
+        &[&p.id.0, key],
+    )
+    .await?;
+    rows.first()
+        .map(|r| {
+            Ok(Triggered {
+                occurrence_id: OccurrenceId(r.get::<_, Uuid>(0)),
+                scheduled_for: ts(r.get(1))?,
+                created: false,
+            })
+        })
+        .transpose()
+}
+
+fn check_state(state: ScheduleState) -> R<()> {
+    match state {
+        ScheduleState::Paused => Err(StoreError::WrongState(
+            "the schedule is paused: resume it to run it".into(),
+        )),
+        ScheduleState::Canceled => Err(StoreError::WrongState(
+            "the schedule is canceled: nothing of it runs again".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn manual(rec: &ScheduleRecord, at: jiff::Timestamp) -> NewOccurrence {
+    NewOccurrence {
+        schedule_id: rec.id,
+        version: rec.version,
+        scheduled_for: at,
+        available_at: at,
+        queue: rec.spec.queue.clone(),
+        priority: rec.spec.priority,
+        max_attempts: rec.spec.max_attempts,
+        backoff_initial: rec.spec.backoff_initial,
+        backoff_max: rec.spec.backoff_max,
+        state: OccurrenceState::Ready,
+        overlap: rec.spec.overlap,
+        lease: rec.spec.lease,
+    }
+}
+
+fn at_this_instant() -> StoreError {
+    StoreError::AlreadyExists(
+        "an occurrence of this schedule is planned at this very millisecond; trigger it again"
+            .into(),
+    )
+}
