@@ -448,3 +448,87 @@ fn serve_survives_a_closed_stdout() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Over a real socket: a schedule run now with a trigger (sent twice with one key: one run),
+/// claimed at once; an admin key made with the CLI while the node serves sets and reads the
+/// tenant's quotas over HTTP.
+#[test]
+fn serve_triggers_a_schedule_and_takes_quotas_over_a_real_socket() {
+    let server = start_server();
+    let port: u16 = server.url.rsplit(':').next().unwrap().parse().unwrap();
+    let key = server.key.as_str();
+    let json = |body: &str| -> serde_json::Value { serde_json::from_str(body).unwrap() };
+    let (s, created) = common::http_with(
+        port,
+        "POST",
+        "/v1/schedules",
+        Some(key),
+        &[],
+        r#"{"queue": "reports", "cron": "0 3 * * *", "payload": {"report": "daily"}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 201, "{created}");
+    let id = json(&created)["id"].as_str().unwrap().to_string();
+    let trigger = || {
+        common::http_with(
+            port,
+            "POST",
+            &format!("/v1/schedules/{id}/trigger"),
+            Some(key),
+            &[("Idempotency-Key", "rerun-1")],
+            "",
+        )
+        .unwrap()
+    };
+    let (s1, first) = trigger();
+    let (s2, again) = trigger();
+    assert_eq!((s1, s2), (201, 200), "{first} / {again}");
+    assert_eq!(json(&first)["id"], json(&again)["id"]);
+    assert_eq!(json(&first)["origin"], "manual");
+    let (s, claimed) = common::http_with(
+        port,
+        "POST",
+        "/v1/queues/reports/claim",
+        Some(key),
+        &[],
+        r#"{"worker_id": "w", "max": 10}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{claimed}");
+    let claimed = json(&claimed)["occurrences"].as_array().unwrap().clone();
+    assert_eq!(claimed.len(), 1, "one run, however often it was triggered");
+    assert_eq!(claimed[0]["payload"], json!({"report": "daily"}));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_campanile"))
+        .args(["key", "create", "--admin", "--database"])
+        .arg(server._dir.path().join("e2e.db"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (s, set) = common::http_with(
+        port,
+        "PUT",
+        "/v1/admin/tenants/default/quotas",
+        Some(&admin),
+        &[],
+        r#"{"max_running": 4}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{set}");
+    let (s, read) = common::http_with(
+        port,
+        "GET",
+        "/v1/admin/tenants/default/quotas",
+        Some(&admin),
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{read}");
+    assert_eq!(json(&read)["max_running"], 4);
+}
