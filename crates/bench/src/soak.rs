@@ -228,21 +228,15 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             while !*stop.borrow() {
-                let wait = match retention.pass(None).await {
+                let pass = retention.pass(None).await;
+                match &pass {
                     Ok(pass) => {
                         removed.fetch_add(pass.closed.removed, Ordering::Relaxed);
                         files.fetch_add(pass.files.len() as u64, Ordering::Relaxed);
-                        if pass.more {
-                            retention.config().pace
-                        } else {
-                            retention.config().idle
-                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "soak retention pass failed");
-                        retention.config().idle
-                    }
-                };
+                    Err(e) => tracing::warn!(error = %e, "soak retention pass failed"),
+                }
+                let wait = retention.config().wait_after(&pass);
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = stop.changed() => {}

@@ -55,8 +55,15 @@ pub struct ArchiveLine {
     pub last_error: Option<String>,
     /// When it reached its final state.
     pub finished_at: Option<Timestamp>,
+    /// `planned` (from the calendar) or `manual` (triggered by an operator).
+    #[serde(default = "planned")]
+    pub origin: String,
     /// Its attempts, oldest first.
     pub attempts: Vec<ArchivedAttempt>,
+}
+
+fn planned() -> String {
+    "planned".into()
 }
 
 /// One attempt of an archived occurrence.
@@ -109,6 +116,7 @@ impl ArchiveLine {
             last_error_class: o.last_error_class.map(|c| c.as_str().to_string()),
             last_error: o.last_error.clone(),
             finished_at: o.finished_at,
+            origin: o.origin.as_str().to_string(),
             attempts: r.detail.attempts.iter().map(ArchivedAttempt::of).collect(),
         }
     }

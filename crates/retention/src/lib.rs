@@ -79,6 +79,17 @@ impl RetentionConfig {
     }
 }
 
+impl RetentionConfig {
+    /// How long to wait before the next pass after `pass`: `pace` while there is more to look
+    /// at, `idle` when there is not or the pass failed.
+    pub fn wait_after<E>(&self, pass: &Result<Pass, E>) -> Duration {
+        match pass {
+            Ok(p) if p.more => self.pace,
+            _ => self.idle,
+        }
+    }
+}
+
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pass {
@@ -268,28 +279,23 @@ impl Retention {
     /// `idle`. A failed pass is logged and counted, and tried again after `idle`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
-            let wait = match self.pass(None).await {
-                Ok(pass) => {
-                    if pass.closed.removed > 0 {
-                        tracing::debug!(
-                            batch = pass.batch,
-                            removed = pass.closed.removed,
-                            files = pass.files.len(),
-                            "retention batch archived and removed"
-                        );
-                    }
-                    if pass.more {
-                        self.cfg.pace
-                    } else {
-                        self.cfg.idle
-                    }
+            let pass = self.pass(None).await;
+            match &pass {
+                Ok(pass) if pass.closed.removed > 0 => {
+                    tracing::debug!(
+                        batch = pass.batch,
+                        removed = pass.closed.removed,
+                        files = pass.files.len(),
+                        "retention batch archived and removed"
+                    );
                 }
+                Ok(_) => {}
                 Err(e) => {
                     metrics::counter!("campanile_retention_failures_total").increment(1);
                     tracing::warn!(error = %e, "retention pass failed; nothing was removed by it");
-                    self.cfg.idle
                 }
-            };
+            }
+            let wait = self.cfg.wait_after(&pass);
             if let Err(e) = self.sample().await {
                 tracing::debug!(error = %e, "retention status not sampled");
             }

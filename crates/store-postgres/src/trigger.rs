@@ -1,6 +1,6 @@
 //! A schedule run now by an operator: one manual occurrence of its current version.
 
-use campanile_core::{OccurrenceId, OccurrenceState, occurrence_id};
+use campanile_core::{OccurrenceId, occurrence_id};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
 use uuid::Uuid;
@@ -24,13 +24,16 @@ pub(crate) async fn schedule_trigger(c: &mut Client, p: ScheduleTrigger) -> R<Tr
     let rec = crate::version::schedule_get(&tx, p.tenant, p.id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id.0)))?;
-    check_state(rec.state)?;
+    rules::check_trigger(rec.state)?;
     if let Some(found) = by_key(&tx, &p).await? {
         return Ok(found);
     }
     let at = ts(now)?;
-    if crate::occurrence::insert_occurrences(&tx, p.tenant, &[manual(&rec, at)], now).await? == 0 {
-        return Err(at_this_instant());
+    if crate::occurrence::insert_occurrences(&tx, p.tenant, &[NewOccurrence::manual(&rec, at)], now)
+        .await?
+        == 0
+    {
+        return Err(rules::trigger_collides());
     }
     let id = occurrence_id(p.id, rec.version, at);
     let marked = execute(
@@ -44,7 +47,7 @@ pub(crate) async fn schedule_trigger(c: &mut Client, p: ScheduleTrigger) -> R<Tr
         // The same key, triggered at the same time by another request that committed first.
         Err(StoreError::AlreadyExists(_)) => {
             drop(tx);
-            return by_key(&*c, &p).await?.ok_or_else(at_this_instant);
+            return by_key(&*c, &p).await?.ok_or_else(rules::trigger_collides);
         }
         Err(e) => return Err(e),
     }
@@ -75,40 +78,4 @@ async fn by_key<C: GenericClient>(c: &C, p: &ScheduleTrigger) -> R<Option<Trigge
             })
         })
         .transpose()
-}
-
-fn check_state(state: ScheduleState) -> R<()> {
-    match state {
-        ScheduleState::Paused => Err(StoreError::WrongState(
-            "the schedule is paused: resume it to run it".into(),
-        )),
-        ScheduleState::Canceled => Err(StoreError::WrongState(
-            "the schedule is canceled: nothing of it runs again".into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
-fn manual(rec: &ScheduleRecord, at: jiff::Timestamp) -> NewOccurrence {
-    NewOccurrence {
-        schedule_id: rec.id,
-        version: rec.version,
-        scheduled_for: at,
-        available_at: at,
-        queue: rec.spec.queue.clone(),
-        priority: rec.spec.priority,
-        max_attempts: rec.spec.max_attempts,
-        backoff_initial: rec.spec.backoff_initial,
-        backoff_max: rec.spec.backoff_max,
-        state: OccurrenceState::Ready,
-        overlap: rec.spec.overlap,
-        lease: rec.spec.lease,
-    }
-}
-
-fn at_this_instant() -> StoreError {
-    StoreError::AlreadyExists(
-        "an occurrence of this schedule is planned at this very millisecond; trigger it again"
-            .into(),
-    )
 }

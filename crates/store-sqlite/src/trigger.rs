@@ -1,6 +1,6 @@
 //! A schedule run now by an operator: one manual occurrence of its current version.
 
-use campanile_core::{OccurrenceState, occurrence_id};
+use campanile_core::occurrence_id;
 use campanile_store::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
@@ -10,7 +10,7 @@ use crate::db::{R, db_err, ts};
 pub(crate) fn schedule_trigger(c: &Connection, p: &ScheduleTrigger, now: i64) -> R<Triggered> {
     let rec = crate::version::schedule_get(c, p.tenant, p.id)?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id.0)))?;
-    check_state(rec.state)?;
+    rules::check_trigger(rec.state)?;
     if let Some(key) = &p.key {
         let found: Option<(Uuid, i64)> = c
             .prepare_cached(
@@ -30,9 +30,9 @@ pub(crate) fn schedule_trigger(c: &Connection, p: &ScheduleTrigger, now: i64) ->
         }
     }
     let at = ts(now)?;
-    let item = manual(&rec, at);
+    let item = NewOccurrence::manual(&rec, at);
     if crate::occurrence::insert_occurrences(c, p.tenant, &[item], now)? == 0 {
-        return Err(at_this_instant());
+        return Err(rules::trigger_collides());
     }
     let id = occurrence_id(p.id, rec.version, at);
     c.prepare_cached("UPDATE occurrences SET origin = 'manual', trigger_key = ?2 WHERE id = ?1")
@@ -43,43 +43,4 @@ pub(crate) fn schedule_trigger(c: &Connection, p: &ScheduleTrigger, now: i64) ->
         scheduled_for: at,
         created: true,
     })
-}
-
-/// Only an active schedule (or a one-off whose instant was planned) is run on demand.
-pub(crate) fn check_state(state: ScheduleState) -> R<()> {
-    match state {
-        ScheduleState::Paused => Err(StoreError::WrongState(
-            "the schedule is paused: resume it to run it".into(),
-        )),
-        ScheduleState::Canceled => Err(StoreError::WrongState(
-            "the schedule is canceled: nothing of it runs again".into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The manual occurrence of `rec`'s current version at `at`.
-pub(crate) fn manual(rec: &ScheduleRecord, at: jiff::Timestamp) -> NewOccurrence {
-    NewOccurrence {
-        schedule_id: rec.id,
-        version: rec.version,
-        scheduled_for: at,
-        available_at: at,
-        queue: rec.spec.queue.clone(),
-        priority: rec.spec.priority,
-        max_attempts: rec.spec.max_attempts,
-        backoff_initial: rec.spec.backoff_initial,
-        backoff_max: rec.spec.backoff_max,
-        state: OccurrenceState::Ready,
-        overlap: rec.spec.overlap,
-        lease: rec.spec.lease,
-    }
-}
-
-/// A planned occurrence of the same version holds this very millisecond.
-pub(crate) fn at_this_instant() -> StoreError {
-    StoreError::AlreadyExists(
-        "an occurrence of this schedule is planned at this very millisecond; trigger it again"
-            .into(),
-    )
 }

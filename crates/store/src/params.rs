@@ -77,6 +77,25 @@ pub struct NewOccurrence {
 }
 
 impl NewOccurrence {
+    /// The run of `rec`'s current version an operator triggers at `at`
+    /// ([`crate::Store::schedule_trigger`]): ready at once, under its policies.
+    pub fn manual(rec: &crate::ScheduleRecord, at: Timestamp) -> NewOccurrence {
+        NewOccurrence {
+            schedule_id: rec.id,
+            version: rec.version,
+            scheduled_for: at,
+            available_at: at,
+            queue: rec.spec.queue.clone(),
+            priority: rec.spec.priority,
+            max_attempts: rec.spec.max_attempts,
+            backoff_initial: rec.spec.backoff_initial,
+            backoff_max: rec.spec.backoff_max,
+            state: OccurrenceState::Ready,
+            overlap: rec.spec.overlap,
+            lease: rec.spec.lease,
+        }
+    }
+
     /// The state to store it in, checked for both backends: `SCHEDULED` and `READY` are
     /// stored `READY` (readers report `SCHEDULED` until it is due); a run that will not happen
     /// is stored as such; anything else cannot be inserted, nor a lease that is not positive

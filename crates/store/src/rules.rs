@@ -92,6 +92,33 @@ pub fn check_finish(p: &OccurrenceFinishMany) -> Result<(), StoreError> {
     check_worker(&p.worker_id)
 }
 
+/// Whether a schedule in `state` may be run on demand ([`crate::Store::schedule_trigger`]):
+/// not when paused (pausing says "nothing of this now") or canceled.
+///
+/// # Errors
+///
+/// [`StoreError::WrongState`] saying why.
+pub fn check_trigger(state: crate::ScheduleState) -> Result<(), StoreError> {
+    match state {
+        crate::ScheduleState::Paused => Err(StoreError::WrongState(
+            "the schedule is paused: resume it to run it".into(),
+        )),
+        crate::ScheduleState::Canceled => Err(StoreError::WrongState(
+            "the schedule is canceled: nothing of it runs again".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A trigger refused because a planned occurrence of the same version holds its very
+/// millisecond (the unique key would take it for that one).
+pub fn trigger_collides() -> StoreError {
+    StoreError::AlreadyExists(
+        "an occurrence of this schedule is planned at this very millisecond; trigger it again"
+            .into(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
