@@ -171,6 +171,7 @@ struct Report<'a> {
     unexpected: Vec<(ScheduleId, &'a Finding)>,
     truncated: Vec<&'a Reconciliation>,
     shortfall: Vec<(ScheduleId, &'a Shortfall)>,
+    backfilled: u64,
     unreadable: Vec<(ScheduleId, String)>,
 }
 
@@ -212,6 +213,7 @@ impl<'a> Report<'a> {
                 .iter()
                 .flat_map(|r| r.archive_shortfall.iter().map(move |f| (r.schedule_id, f)))
                 .collect(),
+            backfilled: results.iter().map(|r| r.backfilled).sum(),
             unreadable,
         }
     }
@@ -228,7 +230,11 @@ impl<'a> Report<'a> {
             .map(|c| format!("{} {}", c.as_str(), self.counts.get(c).unwrap_or(&0)))
             .collect();
         println!("{}", line.join("  "));
-        println!("unexpected {}", self.unexpected.len());
+        println!(
+            "unexpected {}  backfilled {}",
+            self.unexpected.len(),
+            self.backfilled
+        );
         for (id, f) in self.missing.iter().take(LISTED) {
             println!(
                 "MISSING     schedule {} version {} at {}",
@@ -296,6 +302,7 @@ impl<'a> Report<'a> {
             "stalled_total": self.stalled.len(),
             "stalled": self.stalled.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
             "unexpected_total": self.unexpected.len(),
+            "backfilled": self.backfilled,
             "missing": self.missing.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
             "unexpected": self.unexpected.iter().take(LISTED).map(finding).collect::<Vec<_>>(),
             "truncated": self.truncated.iter().map(|r| json!({

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod answers;
+mod backfill;
 mod claims;
 mod crash;
 mod fencing;
@@ -20,6 +21,7 @@ mod resume;
 mod retention;
 
 pub use answers::*;
+pub use backfill::*;
 pub use claims::*;
 pub use crash::*;
 pub use fencing::*;
@@ -80,7 +82,9 @@ macro_rules! conformance_tests {
             a_retention_batch_left_open_is_finished_not_chosen_again,
             a_retention_batch_with_a_redriven_occurrence_is_given_up,
             retention_steps_over_kept_history_a_window_at_a_time,
-            a_triggered_schedule_runs_once_now_and_its_key_answers_again);
+            a_triggered_schedule_runs_once_now_and_its_key_answers_again,
+            catch_up_slots_are_shared_by_every_reservation,
+            a_backfill_makes_each_missing_instant_once_at_the_tenant_pace);
     };
     (@each $factory:path; $($name:ident),*) => {
         $(

@@ -111,6 +111,7 @@ pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harn
                 down_since: Some(secs(110)),
                 examined: 5,
                 missed: 4,
+                paced: 0,
             }
         );
         let mut seen = judge.seen.lock().unwrap().clone();
@@ -208,6 +209,7 @@ pub fn resume_judges_what_came_due_while_no_node_was_alive(rt: &Runtime, h: Harn
                 down_since: Some(secs(9_005)),
                 examined: 2,
                 missed: 2,
+                paced: 0,
             }
         );
         let back = secs(9_500);

@@ -215,8 +215,8 @@ impl Planner {
         let before = now.checked_add(self.cfg.horizon).unwrap_or(Timestamp::MAX);
         // Many schedules share a timing; parse each distinct one once per pass.
         let mut calendars: HashMap<Timing, Result<Calendar, String>> = HashMap::new();
-        // Per-tenant catch-up pacing across this pass: (runs per second, runs paced so far).
-        let mut catchup: HashMap<TenantId, (Option<i64>, i64)> = HashMap::new();
+        // Tenants found to have no catch-up rate in this pass (not asked again).
+        let mut unpaced: std::collections::HashSet<TenantId> = std::collections::HashSet::new();
         // A pipeline over the held shards, round robin: while one shard's batch commits (on
         // the writer), the next shard's batch is read (on a reader) and decided. Never two
         // batches of one shard in flight: a read overlapping its own shard's commit would
@@ -294,7 +294,7 @@ impl Planner {
                 .iter()
                 .map(|d| self.item(d, now, &mut calendars))
                 .collect();
-            self.pace_catchup(&due, &mut items, now, &mut catchup)
+            self.pace_catchup(&due, &mut items, now, &mut unpaced)
                 .await?;
             report.decide += t_decide.elapsed();
             inflight = Some((
@@ -501,48 +501,51 @@ impl Planner {
         Ok(Ok((total, isolated)))
     }
 
-    /// Spaces the late runs of each tenant with a catch-up rate quota so that, across all its
-    /// schedules in this pass, at most that many become available per second.
+    /// Spaces the late runs of each tenant with a catch-up rate quota: the batch reserves
+    /// that many slots of the tenant's pace ([`Store::tenant_catchup_reserve`]), which every
+    /// pass, node, resume, outage check and backfill shares, so the rate holds across them. A
+    /// batch whose commit fails leaves its slots unused: late runs go slower, never faster.
     async fn pace_catchup(
         &self,
         due: &[DueSchedule],
         items: &mut [PlanItem],
         now: Timestamp,
-        paced: &mut HashMap<TenantId, (Option<i64>, i64)>,
+        unpaced: &mut std::collections::HashSet<TenantId>,
     ) -> Result<(), PlannerError> {
-        for (d, item) in due.iter().zip(items.iter_mut()) {
+        // Per tenant, its late runs in batch order: (item, occurrence).
+        let mut late: HashMap<TenantId, Vec<(usize, usize)>> = HashMap::new();
+        for (n, (d, item)) in due.iter().zip(items.iter()).enumerate() {
+            if unpaced.contains(&d.tenant) {
+                continue;
+            }
             let cutoff = now
                 .checked_sub(d.spec.misfire.max_lateness())
                 .unwrap_or(now);
-            let late: Vec<usize> = item
-                .occurrences
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| {
-                    o.state == campanile_core::OccurrenceState::Ready && o.scheduled_for < cutoff
+            for (i, o) in item.occurrences.iter().enumerate() {
+                if o.state == campanile_core::OccurrenceState::Ready && o.scheduled_for < cutoff {
+                    late.entry(d.tenant).or_default().push((n, i));
+                }
+            }
+        }
+        for (tenant, mut runs) in late {
+            // Oldest instant first, across the tenant's schedules.
+            runs.sort_by_key(|&(n, i)| items[n].occurrences[i].scheduled_for);
+            let slots = self
+                .store
+                .tenant_catchup_reserve(CatchupReserve {
+                    tenant,
+                    count: runs.len() as u32,
+                    now: Some(now),
                 })
-                .map(|(i, _)| i)
-                .collect();
-            if late.is_empty() {
-                continue;
-            }
-            if let std::collections::hash_map::Entry::Vacant(slot) = paced.entry(d.tenant) {
-                let q = self
-                    .store
-                    .tenant_quota_get(TenantQuotaGet { tenant: d.tenant })
-                    .await?;
-                slot.insert((q.max_catchup_per_sec.filter(|r| *r > 0), 0));
-            }
-            let Some((Some(rate), count)) = paced.get_mut(&d.tenant) else {
+                .await?;
+            let Some(slots) = slots else {
+                // No rate: nothing of this tenant is paced in this pass.
+                unpaced.insert(tenant);
                 continue;
             };
-            for i in late {
-                let slot = now
-                    .checked_add(SignedDuration::from_millis(*count * 1000 / *rate))
-                    .unwrap_or(now);
-                let o = &mut item.occurrences[i];
-                o.available_at = o.available_at.max(slot);
-                *count += 1;
+            for (k, (n, i)) in runs.into_iter().enumerate() {
+                let o = &mut items[n].occurrences[i];
+                o.available_at = o.available_at.max(slots.slot(k as u32));
             }
         }
         Ok(())

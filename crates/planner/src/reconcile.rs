@@ -13,6 +13,9 @@
 //! (the schedule's rollups) is archived. An occurrence at an instant its own version's calendar does not fire is reported as
 //! unexpected, and so is one of a version superseded (updated, paused, canceled) before its
 //! instant that is not `CANCELED`: the change promised that nothing more of that version runs.
+//! An occurrence a backfill made is an instant of its version's calendar run after the fact:
+//! it accounts for its instant by its state (and is counted); one an operator triggered is
+//! not an instant of the calendar and is left out.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -155,6 +158,9 @@ pub struct Reconciliation {
     /// occurrences (by the rollups: every version and state counted): some of those instants
     /// had no occurrence before retention ran, which the archive cannot tell apart.
     pub archive_shortfall: Vec<Shortfall>,
+    /// Occurrences in the range a backfill made (`POST /v1/schedules/{id}/backfill`); each
+    /// accounts for its instant by its state, like a planned one.
+    pub backfilled: u64,
     /// Whether `max_instants` cut the range short.
     pub truncated: bool,
     /// The range actually covered ends here (the range's end unless truncated).
@@ -254,7 +260,8 @@ pub async fn reconcile(
     }
     expected.retain(|t, _| *t < covered_to);
 
-    let recorded = occurrences(store, tenant, id, range.from, covered_to, range.now).await?;
+    let (recorded, backfilled) =
+        counted(store, tenant, id, (range.from, covered_to), range.now).await?;
     let gaps = store
         .missed_range_list(MissedRangeList {
             tenant,
@@ -303,6 +310,7 @@ pub async fn reconcile(
         stalled: Vec::new(),
         unexpected: Vec::new(),
         archive_shortfall: Vec::new(),
+        backfilled,
         truncated,
         covered_to,
     };
@@ -416,6 +424,9 @@ fn changing(id: ScheduleId, reads: u32) -> PlannerError {
     ))
 }
 
+/// Per instant, each recorded occurrence's version and state.
+type Recorded = BTreeMap<Timestamp, Vec<(u32, OccurrenceState)>>;
+
 /// The schedule's occurrences in `[from, to)`: per instant, each one's version and state.
 pub(crate) async fn occurrences(
     store: &dyn Store,
@@ -424,9 +435,21 @@ pub(crate) async fn occurrences(
     from: Timestamp,
     to: Timestamp,
     now: Timestamp,
-) -> Result<BTreeMap<Timestamp, Vec<(u32, OccurrenceState)>>, PlannerError> {
+) -> Result<Recorded, PlannerError> {
+    Ok(counted(store, tenant, id, (from, to), now).await?.0)
+}
+
+/// [`occurrences`], with how many of them a backfill made.
+async fn counted(
+    store: &dyn Store,
+    tenant: TenantId,
+    id: ScheduleId,
+    (from, to): (Timestamp, Timestamp),
+    now: Timestamp,
+) -> Result<(Recorded, u64), PlannerError> {
     const PAGE: u32 = 1_000;
-    let mut out: BTreeMap<Timestamp, Vec<(u32, OccurrenceState)>> = BTreeMap::new();
+    let mut out: Recorded = BTreeMap::new();
+    let mut backfilled = 0;
     let mut after = None;
     loop {
         let page = store
@@ -442,8 +465,10 @@ pub(crate) async fn occurrences(
             })
             .await?;
         // Runs an operator triggered are no instant of the calendar: not expected, not
-        // unexpected.
-        for o in page.iter().filter(|o| o.origin == Origin::Planned) {
+        // unexpected. A backfill's are instants of their version's calendar, run after the
+        // fact: they account for their instant like a planned one.
+        for o in page.iter().filter(|o| o.origin != Origin::Manual) {
+            backfilled += u64::from(o.origin == Origin::Backfill);
             out.entry(o.scheduled_for)
                 .or_default()
                 .push((o.version, o.state));
@@ -452,7 +477,7 @@ pub(crate) async fn occurrences(
             Some(last) if page.len() == PAGE as usize => {
                 after = Some((last.scheduled_for, last.id));
             }
-            _ => return Ok(out),
+            _ => return Ok((out, backfilled)),
         }
     }
 }

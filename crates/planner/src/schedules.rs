@@ -545,4 +545,56 @@ impl Schedules {
             .await?;
         Ok((Self::view(change.schedule.clone(), now), change))
     }
+
+    /// Backfills `[from, to)` of the schedule's current version: its calendar's instants in
+    /// that range (at most [`rules::BACKFILL_MAX`]; more is `Invalid`) made into occurrences
+    /// by [`Store::schedule_backfill`]. A change landing between the read and the backfill
+    /// is a `VersionConflict` (nothing of the old version is made): send it again.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]s of [`Store::schedule_backfill`] inside [`PlannerError::Store`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn backfill(
+        &self,
+        tenant: TenantId,
+        id: ScheduleId,
+        from: Timestamp,
+        to: Timestamp,
+        overlap: Option<campanile_core::Overlap>,
+        key: Option<String>,
+        now: Option<Timestamp>,
+    ) -> Result<Backfilled, PlannerError> {
+        let rec = self
+            .store
+            .schedule_get(ScheduleGet { tenant, id })
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("schedule {}", id.0)))?;
+        let cal = calendar_of(&rec.spec)?;
+        // Instants are stored to the millisecond: so is the range.
+        let ms = |t: Timestamp| Timestamp::from_millisecond(t.as_millisecond()).unwrap_or(t);
+        let (from, to) = (ms(from), ms(to));
+        let start = from
+            .checked_sub(SignedDuration::from_nanos(1))
+            .unwrap_or(from);
+        let instants: Vec<Timestamp> = cal
+            .iter_after(start)
+            .take_while(|t| *t < to)
+            .take(rules::BACKFILL_MAX + 1)
+            .collect();
+        Ok(self
+            .store
+            .schedule_backfill(ScheduleBackfill {
+                tenant,
+                id,
+                version: rec.version,
+                from,
+                to,
+                instants,
+                overlap,
+                key,
+                now,
+            })
+            .await?)
+    }
 }

@@ -340,3 +340,117 @@ async fn tenant_catchup_rate_paces_late_runs(env: Env) {
     );
 }
 both!(tenant_catchup_rate_paces_late_runs);
+
+/// The offsets from `back`, in milliseconds and ascending, at which the tenant's late runs
+/// (not missed, older than `cutoff`) become available.
+async fn late_offsets(env: &Env, back: jiff::Timestamp, cutoff: jiff::Timestamp) -> Vec<i64> {
+    let mut late: Vec<i64> = occurrences_of(env, None)
+        .await
+        .iter()
+        .filter(|o| {
+            matches!(o.state, OccurrenceState::Ready | OccurrenceState::Scheduled)
+                && o.scheduled_for < cutoff
+        })
+        .map(|o| o.available_at.as_millisecond() - back.as_millisecond())
+        .collect();
+    late.sort();
+    late
+}
+
+async fn set_catchup_rate(env: &Env, rate: i64) {
+    env.store
+        .tenant_quota_set(TenantQuota {
+            tenant: env.tenant,
+            max_catchup_per_sec: Some(rate),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// Two schedules resumed one after the other, each planned by its own pass: their late runs
+/// share the tenant's catch-up rate (the pace is the tenant's, not a pass's).
+async fn the_catchup_rate_holds_across_resumes_and_passes(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "node-a");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    set_catchup_rate(&env, 2).await;
+    let m = Misfire::Catchup {
+        max_lateness: SignedDuration::from_secs(60),
+        max: 4,
+        interval: SignedDuration::ZERO,
+    };
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = s
+            .create(env.tenant, every_minute(m), Some(t0))
+            .await
+            .unwrap()
+            .record
+            .id;
+        s.transition(env.tenant, id, ScheduleState::Paused, Some(t0))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let back = plus(t0, 600);
+    // The first is resumed and planned; then the second, planned by another pass.
+    s.transition(env.tenant, ids[0], ScheduleState::Active, Some(back))
+        .await
+        .unwrap();
+    p.tick(Some(back)).await.unwrap();
+    assert_eq!(late_offsets(&env, back, plus(back, -60)).await.len(), 4);
+    s.transition(env.tenant, ids[1], ScheduleState::Active, Some(back))
+        .await
+        .unwrap();
+    p.tick(Some(back)).await.unwrap();
+    assert_eq!(
+        late_offsets(&env, back, plus(back, -60)).await,
+        vec![0, 500, 1000, 1500, 2000, 2500, 3000, 3500],
+        "8 late runs, 2 per second across both resumes"
+    );
+    // Later, the pace starts again from the present, not from where it stopped.
+    let later = plus(back, 3600);
+    let slots = env
+        .store
+        .tenant_catchup_reserve(CatchupReserve {
+            tenant: env.tenant,
+            count: 3,
+            now: Some(later),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((slots.start, slots.slot(2)), (later, plus(later, 1)));
+}
+both!(the_catchup_rate_holds_across_resumes_and_passes);
+
+/// The whole cluster is down for ten minutes after planning ahead: what the outage check keeps
+/// of the pre-planned runs is paced by the tenant's catch-up rate, across its schedules.
+async fn runs_kept_after_a_cluster_outage_are_paced(env: Env) {
+    let s = schedules(&env);
+    let p = planner_leased(&env, "node-a", SignedDuration::from_secs(15));
+    let t0 = ts("2026-06-01T00:00:00Z");
+    set_catchup_rate(&env, 2).await;
+    let m = Misfire::Catchup {
+        max_lateness: SignedDuration::from_secs(60),
+        max: 3,
+        interval: SignedDuration::ZERO,
+    };
+    for _ in 0..3 {
+        s.create(env.tenant, every_minute(m), Some(t0))
+            .await
+            .unwrap();
+    }
+    p.tick(Some(t0)).await.unwrap(); // plans 00:00 … 00:15 of each
+    let back = plus(t0, 600);
+    let r = p.tick(Some(back)).await.unwrap();
+    assert_eq!(r.resumed.down_since, Some(t0));
+    assert_eq!(r.resumed.paced, 9, "3 late runs kept per schedule");
+    assert_eq!(
+        late_offsets(&env, back, plus(back, -60)).await,
+        (0..9).map(|k| k * 500).collect::<Vec<_>>(),
+        "9 kept runs, 2 per second across the three schedules"
+    );
+}
+both!(runs_kept_after_a_cluster_outage_are_paced);

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use campanile_calendar::{DstFold, DstPolicy};
 use campanile_core::{ErrorClass, Misfire, Overlap, ScheduleId};
+use campanile_planner::PlannerError;
 use campanile_planner::reconcile::{Class, Range, Reconciliation, reconcile};
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
@@ -623,3 +624,97 @@ async fn a_triggered_run_is_neither_expected_nor_unexpected(env: Env) {
 }
 
 both!(a_triggered_run_is_neither_expected_nor_unexpected);
+
+/// A schedule whose planner was down for an hour (its misfire policy skips what is late), then
+/// backfilled over part of the outage and over a range before it existed: each backfilled
+/// instant accounts for itself by its state, nothing is missing or unexpected, and the
+/// backfilled runs are counted.
+async fn backfilled_runs_account_for_their_instants(env: Env) {
+    let s = schedules(&env);
+    let p = planner(&env, "n");
+    let t0 = ts("2026-06-01T00:00:00Z");
+    let mut def = utc("*/5 * * * *");
+    def.misfire = Misfire::Skip {
+        max_lateness: SignedDuration::from_secs(60),
+    };
+    let id = s.create(env.tenant, def, Some(t0)).await.unwrap().record.id;
+    let back = plus(t0, 3600);
+    p.tick(Some(back)).await.unwrap();
+    let before = run(&env, id, t0, back).await;
+    assert_eq!(
+        count(&before, Class::Missed),
+        12,
+        "00:00 … 00:55 were skipped"
+    );
+    // Run 00:10 … 00:25 after the fact, and a range before the schedule existed.
+    let done = s
+        .backfill(
+            env.tenant,
+            id,
+            plus(t0, 600),
+            plus(t0, 1800),
+            None,
+            None,
+            Some(back),
+        )
+        .await
+        .unwrap();
+    // The skipped instants were recorded MISSED (they never ran): they run now, under
+    // their own ids.
+    assert_eq!(
+        (done.instants, done.created.len(), done.rerun.len()),
+        (4, 0, 4)
+    );
+    assert!(
+        done.rerun
+            .iter()
+            .all(|o| o.origin == Origin::Backfill
+                && o.state == campanile_core::OccurrenceState::Ready)
+    );
+    let early = s
+        .backfill(env.tenant, id, plus(t0, -1800), t0, None, None, Some(back))
+        .await
+        .unwrap();
+    assert_eq!(early.created.len(), 6);
+    for k in 0..4 {
+        work(&env, plus(back, k)).await;
+    }
+    let r = reconcile_clean(&env, &[("cron", id)], plus(t0, -3600), back).await;
+    let r = &r["cron"];
+    assert_eq!(r.backfilled, 10);
+    assert_eq!(
+        count(r, Class::Missed),
+        8,
+        "the skipped instants not backfilled"
+    );
+    assert_eq!(
+        count(r, Class::Succeeded) + count(r, Class::Failed),
+        4,
+        "the backfilled instants of the schedule's life ran"
+    );
+    // A range past the bound is refused, and so is one reaching into the future.
+    let wide = s
+        .backfill(
+            env.tenant,
+            id,
+            plus(t0, -86_400 * 30),
+            t0,
+            None,
+            None,
+            Some(back),
+        )
+        .await;
+    assert!(
+        matches!(wide, Err(PlannerError::Store(StoreError::Invalid(_)))),
+        "{wide:?}"
+    );
+    let future = s
+        .backfill(env.tenant, id, t0, plus(back, 60), None, None, Some(back))
+        .await;
+    assert!(
+        matches!(future, Err(PlannerError::Store(StoreError::Invalid(_)))),
+        "{future:?}"
+    );
+}
+
+both!(backfilled_runs_account_for_their_instants);

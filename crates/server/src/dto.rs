@@ -74,7 +74,7 @@ fn misfire_policy() -> utoipa::openapi::Object {
     )
 }
 
-fn overlap_policy() -> utoipa::openapi::Object {
+pub(crate) fn overlap_policy() -> utoipa::openapi::Object {
     names(
         "`ALLOW` (default), `SKIP_IF_RUNNING` or `QUEUE_ONE`, in either case; a NATS target \
          takes `ALLOW` only.",
@@ -742,8 +742,9 @@ pub struct OccurrenceOut {
     /// When it reached a final state.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<Timestamp>,
-    /// `planned` (from the schedule's calendar) or `manual` (run on demand with
-    /// `POST /v1/schedules/{id}/trigger`).
+    /// `planned` (from the schedule's calendar), `manual` (run on demand with
+    /// `POST /v1/schedules/{id}/trigger`) or `backfill` (an instant of a past range run after
+    /// the fact with `POST /v1/schedules/{id}/backfill`).
     pub origin: &'static str,
     /// Attempts, oldest first (single-occurrence reads only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -817,6 +818,12 @@ pub(crate) fn opt_instant<'de, D: serde::Deserializer<'de>>(
     Option::<String>::deserialize(de)?
         .map(|text| campanile_calendar::parse_instant(&text).map_err(serde::de::Error::custom))
         .transpose()
+}
+
+/// A required instant in a request body, read like [`opt_instant`].
+pub(crate) fn req_instant<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Timestamp, D::Error> {
+    let text = String::deserialize(de)?;
+    campanile_calendar::parse_instant(&text).map_err(serde::de::Error::custom)
 }
 
 /// Stored JSON (a payload, a result) as it was sent: numbers keep every digit (parsed into a

@@ -46,7 +46,7 @@ use crate::prometheus::metrics_handle;
         or `3e1`): JSON Schema counts `30.0` as an integer, the server refuses it."),
     paths(
         schedules::create, schedules::list, schedules::get, schedules::update, schedules::pause, schedules::resume,
-        schedules::cancel, schedules::preview, schedules::trigger,
+        schedules::cancel, schedules::preview, schedules::trigger, schedules::backfill,
         occurrences::list, occurrences::get, occurrences::get_planned, claims::claim, reports::renew,
         reports::complete, reports::fail, reports::completions, reports::redrive, reports::cancel,
         admin::create_tenant, admin::list_tenants, admin::create_key, admin::set_class,
@@ -266,6 +266,7 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         .route("/schedules/{id}/resume", post(schedules::resume))
         .route("/schedules/{id}/cancel", post(schedules::cancel))
         .route("/schedules/{id}/trigger", post(schedules::trigger))
+        .route("/schedules/{id}/backfill", post(schedules::backfill))
         .route(
             "/schedules/{id}/occurrences/{scheduled_for}",
             get(occurrences::get_planned),

@@ -90,6 +90,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "Unclaimed occurrences canceled by a schedule change.",
     ),
     (
+        "campanile_occurrences_backfilled_total",
+        "Occurrences a backfill made, or made READY again after they were MISSED.",
+    ),
+    (
         "campanile_stale_completions_refused_total",
         "Completions or failures refused by the fence.",
     ),

@@ -440,6 +440,115 @@ pub(crate) async fn trigger(
     Ok((status, Json(OccurrenceOut::detail(&detail))).into_response())
 }
 
+/// The body of a backfill.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackfillInput {
+    /// The range's start: instants at or after it (RFC 3339).
+    #[serde(deserialize_with = "crate::dto::req_instant")]
+    #[schema(value_type = String, format = DateTime)]
+    from: Timestamp,
+    /// The range's end: instants before it (RFC 3339), at most now.
+    #[serde(deserialize_with = "crate::dto::req_instant")]
+    #[schema(value_type = String, format = DateTime)]
+    to: Timestamp,
+    /// Overlap policy for the occurrences made (default: the schedule's).
+    #[schema(schema_with = crate::dto::overlap_policy)]
+    overlap: Option<String>,
+}
+
+/// What a backfill made and found.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BackfillOut {
+    /// The backfill (the same when sent again with its `Idempotency-Key`).
+    backfill_id: uuid::Uuid,
+    /// The schedule.
+    #[schema(value_type = String, format = Uuid)]
+    schedule_id: ScheduleId,
+    /// The version whose instants were backfilled (the current one when it ran).
+    version: u32,
+    /// The range's start.
+    #[schema(value_type = String, format = DateTime)]
+    from: Timestamp,
+    /// The range's end (excluded).
+    #[schema(value_type = String, format = DateTime)]
+    to: Timestamp,
+    /// How many instants of the calendar the range holds.
+    instants: u32,
+    /// The occurrences made, marked `backfill`, available at the tenant's catch-up pace.
+    created: Vec<OccurrenceOut>,
+    /// Occurrences the misfire policy had recorded `MISSED` (they never ran), made `READY`
+    /// again under the same id, marked `backfill` and paced like the made ones.
+    rerun: Vec<OccurrenceOut>,
+    /// Instants whose occurrence of this version ran, runs, waits, or was canceled or skipped
+    /// on purpose: listed, not run again.
+    existing: Vec<OccurrenceOut>,
+    /// True when answered from an earlier backfill with the same `Idempotency-Key`.
+    replayed: bool,
+}
+
+/// Backfill a past range: one occurrence per instant of the schedule's current version in
+/// `[from, to)` that has none (at most 1000 instants; more is a 422), and each one recorded
+/// `MISSED` (it never ran) made `READY` again, all marked `backfill` and made available at the
+/// tenant's catch-up rate (`max_catchup_per_sec`) or at once without one. Instants whose
+/// occurrence ran, runs, waits, or was canceled or skipped on purpose are listed, not run
+/// again. With an
+/// `Idempotency-Key`, a backfill sent again answers what the first made (200). A paused or
+/// canceled schedule is not backfilled (409).
+#[utoipa::path(post, path = "/v1/schedules/{id}/backfill", tag = "schedules", request_body = BackfillInput,
+    params(("id" = String, Path, format = Uuid),
+        ("Idempotency-Key" = Option<String>, Header, nullable = false,
+        description = "Makes retries safe: 1 to 255 visible ASCII characters (spaces inside)",
+        min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$")),
+    responses((status = 201, description = "occurrences were made", body = BackfillOut),
+        (status = 200, description = "nothing new: every instant had an occurrence, or sent again with its key", body = BackfillOut),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn backfill(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+    body: JsonBody<BackfillInput>,
+) -> Result<Response, ApiError> {
+    let id = parse_schedule_id(&id)?;
+    let key = idempotency_key(&headers)?;
+    let b = body.value;
+    let from = crate::dto::rfc3339_instant("from", b.from)?;
+    let to = crate::dto::rfc3339_instant("to", b.to)?;
+    let overlap = b
+        .overlap
+        .map(|o| o.parse::<campanile_core::Overlap>())
+        .transpose()
+        .map_err(|e| ApiError::invalid(format!("overlap: {e}")))?;
+    let done = state
+        .schedules
+        .backfill(caller.tenant, id, from, to, overlap, key, None)
+        .await?;
+    let status = if !done.replayed && !(done.created.is_empty() && done.rerun.is_empty()) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    metrics::counter!("campanile_occurrences_backfilled_total").increment(if done.replayed {
+        0
+    } else {
+        done.created.len() as u64
+    });
+    let out = BackfillOut {
+        backfill_id: done.backfill_id,
+        schedule_id: id,
+        version: done.version,
+        from: done.from,
+        to: done.to,
+        instants: done.instants,
+        created: done.created.iter().map(OccurrenceOut::new).collect(),
+        rerun: done.rerun.iter().map(OccurrenceOut::new).collect(),
+        existing: done.existing.iter().map(OccurrenceOut::new).collect(),
+        replayed: done.replayed,
+    };
+    Ok((status, Json(out)).into_response())
+}
+
 /// Pause: unclaimed occurrences are canceled; on resume, what was missed follows the misfire
 /// policy.
 #[utoipa::path(post, path = "/v1/schedules/{id}/pause", tag = "schedules", params(("id" = String, Path, format = Uuid)),

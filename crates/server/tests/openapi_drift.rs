@@ -217,7 +217,12 @@ impl Gen {
                 json!(format!("1700000000000_{}", uuid::Uuid::new_v4()))
             }
             "/v1/schedules?queue" => json!("emails"),
-            "/v1/schedules/{id}:id" => json!(self.schedule),
+            "/v1/schedules/{id}:id"
+            | "/v1/schedules/{id}/backfill:id"
+            | "/v1/schedules/{id}/trigger:id" => json!(self.schedule),
+            // A past range, from before to.
+            "BackfillInput.from" => json!("2026-01-01T00:00:00Z"),
+            "BackfillInput.to" => json!("2026-01-02T00:00:00Z"),
             "/v1/queues/{queue}/claim:queue" => json!("emails"),
             "/v1/admin/tenants/{name}/keys:name"
             | "/v1/admin/tenants/{name}/class:name"

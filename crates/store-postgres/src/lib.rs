@@ -9,6 +9,7 @@
 //! - Batch operations ship their rows as arrays (`unnest`), one statement per batch.
 
 mod api_key;
+mod backfill;
 mod claim;
 mod claimed;
 mod coalesce;
@@ -611,6 +612,15 @@ impl Store for PgStore {
         tenant::tenant_quota_set(&self.client().await?, p).await
     }
 
+    async fn tenant_catchup_reserve(
+        &self,
+        p: CatchupReserve,
+    ) -> Result<Option<CatchupSlots>, StoreError> {
+        let c = self.client().await?;
+        let now = resolve_now(&c, p.now).await?;
+        tenant::catchup_reserve(&c, p.tenant, p.count, now).await
+    }
+
     async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError> {
         tenant::tenant_class_set(&mut self.client().await?, p).await
     }
@@ -638,6 +648,10 @@ impl Store for PgStore {
 
     async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError> {
         trigger::schedule_trigger(&mut self.client().await?, p).await
+    }
+
+    async fn schedule_backfill(&self, p: ScheduleBackfill) -> Result<Backfilled, StoreError> {
+        backfill::schedule_backfill(&mut self.client().await?, p).await
     }
 
     async fn tenant_retention_set(&self, p: TenantRetentionSet) -> Result<(), StoreError> {

@@ -103,6 +103,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "occurrence_origin",
         include_str!("../migrations/0020_occurrence_origin.sql"),
     ),
+    (
+        21,
+        "backfill",
+        include_str!("../migrations/0021_backfill.sql"),
+    ),
 ];
 
 /// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the

@@ -1,7 +1,7 @@
 //! Planning: the due schedules of a shard, the planning commit under the shard's lock, shard
 //! leases, the outage check, missed ranges and the deployment's shard count.
 
-use campanile_core::ScheduleId;
+use campanile_core::{ScheduleId, occurrence_id};
 use campanile_store::fence::{self};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
@@ -364,6 +364,8 @@ pub(crate) async fn outage_check<C: GenericClient>(
     // not of the history), grouped per schedule version with its definition and how far it
     // is planned.
     let groups = query(tx, OUTAGE_GROUPS, &[&since, &now]).await?;
+    let mut kept: std::collections::BTreeMap<i64, Vec<(Timestamp, Uuid)>> =
+        std::collections::BTreeMap::new();
     let (mut at_col, mut id_col, mut version_col) = (Vec::new(), Vec::new(), Vec::new());
     for r in &groups {
         let id: Uuid = r.get(0);
@@ -383,6 +385,12 @@ pub(crate) async fn outage_check<C: GenericClient>(
             instants: &instants,
             now: ts(now)?,
         });
+        let tenant: i64 = r.get(22);
+        for at in rules::outage_paced(&spec, &instants, &missed, ts(now)?) {
+            kept.entry(tenant)
+                .or_default()
+                .push((at, occurrence_id(ScheduleId(id), u32_of(version), at).0));
+        }
         for at in missed {
             at_col.push(at.as_millisecond());
             id_col.push(id);
@@ -399,6 +407,30 @@ pub(crate) async fn outage_check<C: GenericClient>(
             &[&at_col, &id_col, &version_col, &now],
         )
         .await?;
+    }
+    // What runs late is paced by its tenant's catch-up rate, like the late runs a planning
+    // pass makes: oldest instant first.
+    for (tenant, mut runs) in kept {
+        runs.sort();
+        let Some(slots) =
+            crate::tenant::catchup_reserve(tx, TenantId(tenant), runs.len() as u32, now).await?
+        else {
+            continue;
+        };
+        let ids: Vec<Uuid> = runs.iter().map(|r| r.1).collect();
+        let at: Vec<i64> = (0..runs.len() as u32)
+            .map(|i| slots.slot(i).as_millisecond())
+            .collect();
+        execute(
+            tx,
+            "UPDATE occurrences o SET available_at = GREATEST(o.available_at, u.at),
+                    due_at = CASE WHEN o.overlap <> 0 THEN GREATEST(o.available_at, u.at) END
+               FROM unnest($1::uuid[], $2::int8[]) AS u(id, at)
+              WHERE o.id = u.id AND o.state = 'READY' AND o.attempts = 0",
+            &[&ids, &at],
+        )
+        .await?;
+        out.paced += runs.len() as u64;
     }
     Ok(out)
 }

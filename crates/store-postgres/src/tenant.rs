@@ -234,3 +234,36 @@ pub(crate) async fn tenant_quota_get(c: &Client, tenant: TenantId) -> R<TenantQu
         max_catchup_per_sec: r.get(3),
     })
 }
+
+/// [`Store::tenant_catchup_reserve`], in the caller's transaction or on its own: the tenant's
+/// pace cursor moves on by the reserved slots' span, from `now` at the earliest (the row lock
+/// serializes reservations of one tenant).
+pub(crate) async fn catchup_reserve<C: GenericClient>(
+    c: &C,
+    tenant: TenantId,
+    count: u32,
+    now: i64,
+) -> R<Option<CatchupSlots>> {
+    if count == 0 {
+        return Ok(None);
+    }
+    let rows = query(
+        c,
+        "UPDATE tenants
+            SET catchup_next_at = GREATEST(COALESCE(catchup_next_at, $2), $2)
+                                  + (($3::int8 * 1000 + max_catchup_per_sec - 1) / max_catchup_per_sec)
+          WHERE id = $1 AND max_catchup_per_sec > 0
+          RETURNING catchup_next_at, max_catchup_per_sec",
+        &[&tenant.0, &now, &i64::from(count)],
+    )
+    .await?;
+    let Some(r) = rows.first() else {
+        return Ok(None);
+    };
+    let (next, rate): (i64, i64) = (r.get(0), r.get(1));
+    Ok(Some(CatchupSlots {
+        start: ts(next - rules::catchup_span_ms(count, rate))?,
+        rate,
+        count,
+    }))
+}

@@ -292,6 +292,7 @@ async fn upgrade_reads_old_liveness_marks_as_seen_until_they_end() {
             down_since: Some(jiff::Timestamp::from_second(20).expect("instant")),
             examined: 1,
             missed: 1,
+            paced: 0,
         },
         "a mark without seen_at was seen until it ends (it may be a graceful stop's): only what became claimable after 20 s is judged"
     );

@@ -12,6 +12,7 @@
 
 mod api_key;
 mod attempt;
+mod backfill;
 mod claim;
 mod connection;
 mod db;
@@ -519,6 +520,15 @@ impl Store for SqliteStore {
         self.write(move |c| tenant::tenant_quota_set(c, &p)).await
     }
 
+    async fn tenant_catchup_reserve(
+        &self,
+        p: CatchupReserve,
+    ) -> Result<Option<CatchupSlots>, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| tenant::catchup_reserve(c, p.tenant, p.count, now))
+            .await
+    }
+
     async fn tenant_class_set(&self, p: TenantClassSet) -> Result<(), StoreError> {
         self.write(move |c| tenant::tenant_class_set(c, &p)).await
     }
@@ -550,6 +560,12 @@ impl Store for SqliteStore {
     async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError> {
         let now = self.now(p.now);
         self.write(move |c| trigger::schedule_trigger(c, &p, now))
+            .await
+    }
+
+    async fn schedule_backfill(&self, p: ScheduleBackfill) -> Result<Backfilled, StoreError> {
+        let now = self.now(p.now);
+        self.write(move |c| backfill::schedule_backfill(c, &p, now))
             .await
     }
 

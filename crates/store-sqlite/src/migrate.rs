@@ -93,6 +93,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "occurrence_origin",
         include_str!("../migrations/0018_occurrence_origin.sql"),
     ),
+    (
+        19,
+        "backfill",
+        include_str!("../migrations/0019_backfill.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

@@ -1,7 +1,7 @@
 //! Planning: the due schedules of a shard, the planning commit, shard leases, the outage
 //! check, missed ranges and the deployment's shard count.
 
-use campanile_core::ScheduleId;
+use campanile_core::{OccurrenceId, ScheduleId, occurrence_id};
 use campanile_store::fence::{self};
 use campanile_store::*;
 use jiff::Timestamp;
@@ -293,25 +293,27 @@ pub(crate) fn outage_check(c: &Connection, p: &ShardAcquire, now: i64) -> R<Resu
     };
     // Never claimed, and claimable only from inside the outage. Each half names its partial
     // index's condition so that the scan is of pending rows, not of the history.
-    let rows: Vec<(Uuid, u32, i64)> = c
+    let rows: Vec<(Uuid, u32, i64, i64)> = c
         .prepare_cached(
-            "SELECT schedule_id, version, scheduled_for FROM occurrences
+            "SELECT schedule_id, version, scheduled_for, tenant_id FROM occurrences
               WHERE state IN ('READY', 'RETRY_WAIT') AND overlap = 0
                 AND state = 'READY' AND attempts = 0 AND available_at >= ?1 AND available_at < ?2
              UNION ALL
-             SELECT schedule_id, version, scheduled_for FROM occurrences
+             SELECT schedule_id, version, scheduled_for, tenant_id FROM occurrences
               WHERE state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
                 AND state = 'READY' AND attempts = 0 AND available_at >= ?1 AND available_at < ?2
              ORDER BY 1, 2, 3",
         )
         .and_then(|mut s| {
             s.query_map(params![since, now], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?;
     let mut spec_of = c.prepare_cached(OUTAGE_VERSION).map_err(db_err)?;
+    let mut kept: std::collections::BTreeMap<i64, Vec<(Timestamp, OccurrenceId)>> =
+        std::collections::BTreeMap::new();
     let mut miss = c
         .prepare_cached(
             "UPDATE occurrences SET state = 'MISSED', finished_at = ?4
@@ -334,19 +336,48 @@ pub(crate) fn outage_check(c: &Connection, p: &ShardAcquire, now: i64) -> R<Resu
         };
         let instants = group.iter().map(|r| ts(r.2)).collect::<R<Vec<_>>>()?;
         out.examined += instants.len() as u64;
+        let spec = spec?;
         let missed = p.judge.missed(&PrePlanned {
             schedule_id: ScheduleId(id),
             version,
-            spec: &spec?,
+            spec: &spec,
             planned_through: ts(through)?,
             instants: &instants,
             now: ts(now)?,
         });
-        for at in missed {
+        for at in &missed {
             out.missed += miss
                 .execute(params![at.as_millisecond(), id, version, now])
                 .map_err(db_err)? as u64;
         }
+        let tenant = group[0].3;
+        for at in rules::outage_paced(&spec, &instants, &missed, ts(now)?) {
+            kept.entry(tenant)
+                .or_default()
+                .push((at, occurrence_id(ScheduleId(id), version, at)));
+        }
+    }
+    // What runs late is paced by its tenant's catch-up rate, like the late runs a planning
+    // pass makes: oldest instant first.
+    let mut pace = c
+        .prepare_cached(
+            "UPDATE occurrences SET available_at = MAX(available_at, ?2),
+                    due_at = CASE WHEN overlap <> 0 THEN MAX(available_at, ?2) END
+              WHERE id = ?1 AND state = 'READY' AND attempts = 0",
+        )
+        .map_err(db_err)?;
+    for (tenant, mut runs) in kept {
+        runs.sort();
+        let Some(slots) =
+            crate::tenant::catchup_reserve(c, TenantId(tenant), runs.len() as u32, now)?
+        else {
+            continue;
+        };
+        for (i, (_, id)) in runs.iter().enumerate() {
+            pace.execute(params![id.0, slots.slot(i as u32).as_millisecond()])
+                .map_err(db_err)?;
+        }
+        out.paced += runs.len() as u64;
     }
     Ok(out)
 }

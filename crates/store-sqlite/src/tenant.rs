@@ -239,3 +239,38 @@ pub(crate) fn tenant_quota_get(c: &Connection, tenant: TenantId) -> R<TenantQuot
         .map_err(db_err)?
         .ok_or_else(|| StoreError::NotFound(format!("tenant {}", tenant.0)))
 }
+
+/// [`Store::tenant_catchup_reserve`] on the writer: the tenant's pace cursor moves on by the
+/// reserved slots' span, from `now` at the earliest.
+pub(crate) fn catchup_reserve(
+    c: &Connection,
+    tenant: TenantId,
+    count: u32,
+    now: i64,
+) -> R<Option<CatchupSlots>> {
+    if count == 0 {
+        return Ok(None);
+    }
+    let rate: Option<i64> = c
+        .prepare_cached(
+            "SELECT max_catchup_per_sec FROM tenants WHERE id = ?1 AND max_catchup_per_sec > 0",
+        )
+        .and_then(|mut s| s.query_row(params![tenant.0], |r| r.get(0)).optional())
+        .map_err(db_err)?;
+    let Some(rate) = rate else {
+        return Ok(None);
+    };
+    let span = rules::catchup_span_ms(count, rate);
+    let next: i64 = c
+        .prepare_cached(
+            "UPDATE tenants SET catchup_next_at = MAX(COALESCE(catchup_next_at, ?2), ?2) + ?3
+              WHERE id = ?1 RETURNING catchup_next_at",
+        )
+        .and_then(|mut s| s.query_row(params![tenant.0, now, span], |r| r.get(0)))
+        .map_err(db_err)?;
+    Ok(Some(CatchupSlots {
+        start: ts(next - span)?,
+        rate,
+        count,
+    }))
+}

@@ -50,6 +50,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Sets a tenant's quotas.
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
 
+    /// Reserves `p.count` catch-up slots of a tenant with a catch-up rate
+    /// (`max_catchup_per_sec`): the tenant's pace cursor moves on atomically, so that late
+    /// runs paced by any planning pass, node, resume, outage check or backfill share one
+    /// rate. `None` when the tenant has no catch-up rate (nothing is paced).
+    async fn tenant_catchup_reserve(
+        &self,
+        p: CatchupReserve,
+    ) -> Result<Option<CatchupSlots>, StoreError>;
+
     /// Sets a tenant's class (the label of its lag metrics). `Invalid` for a malformed class
     /// ([`classes::validate`]) or one that would make more than [`classes::MAX_CLASSES`]
     /// distinct classes; `NotFound` for an unknown tenant.
@@ -113,6 +122,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// occurrence. `NotFound` for a schedule the tenant does not have; `WrongState` for one that
     /// is paused or canceled.
     async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError>;
+
+    /// Backfills a past range of a schedule's current version: one occurrence per instant in
+    /// `p.instants` that has none of that version yet, and each `MISSED` one (it never ran)
+    /// made `READY` again; the others are listed, not run again. What it makes or runs again
+    /// is marked [`Origin::Backfill`] and made available at the tenant's catch-up pace
+    /// ([`Store::tenant_catchup_reserve`], in the same transaction) or at once without one.
+    /// Serialized with changes to the schedule like a trigger. With a key, a backfill sent
+    /// again answers what the first made ([`Backfilled::replayed`]); the same key with another
+    /// range is `Invalid`. `NotFound`, `WrongState` (paused, canceled), `VersionConflict`
+    /// (`p.version` is no longer current), `Invalid` ([`rules::check_backfill`]).
+    async fn schedule_backfill(&self, p: ScheduleBackfill) -> Result<Backfilled, StoreError>;
 
     // ── Idempotent creates ──
 

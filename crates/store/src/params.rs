@@ -96,6 +96,22 @@ impl NewOccurrence {
         }
     }
 
+    /// The run of `rec`'s current version at its calendar instant `at`, made by a backfill
+    /// ([`crate::Store::schedule_backfill`]): available at `available_at` (now, or its catch-up
+    /// slot), under its policies but `overlap` if given.
+    pub fn backfill(
+        rec: &crate::ScheduleRecord,
+        at: Timestamp,
+        available_at: Timestamp,
+        overlap: Option<Overlap>,
+    ) -> NewOccurrence {
+        NewOccurrence {
+            available_at,
+            overlap: overlap.unwrap_or(rec.spec.overlap),
+            ..NewOccurrence::manual(rec, at)
+        }
+    }
+
     /// The state to store it in, checked for both backends: `SCHEDULED` and `READY` are
     /// stored `READY` (readers report `SCHEDULED` until it is due); a run that will not happen
     /// is stored as such; anything else cannot be inserted, nor a lease that is not positive
@@ -631,6 +647,43 @@ pub struct RelayClaim {
 pub struct TenantByName {
     /// The tenant's unique name.
     pub name: String,
+}
+
+/// Params of [`crate::Store::tenant_catchup_reserve`].
+#[derive(Debug, Clone, Copy)]
+pub struct CatchupReserve {
+    /// Whose catch-up rate.
+    pub tenant: TenantId,
+    /// How many runs to pace.
+    pub count: u32,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::schedule_backfill`].
+#[derive(Debug, Clone)]
+pub struct ScheduleBackfill {
+    /// Whose schedule.
+    pub tenant: TenantId,
+    /// The schedule.
+    pub id: ScheduleId,
+    /// The version `instants` were computed from: another current version is a
+    /// [`crate::StoreError::VersionConflict`] (nothing of an old version is made).
+    pub version: u32,
+    /// The range, `[from, to)`; `to` at most the store's `now`.
+    pub from: Timestamp,
+    /// The range's end (excluded).
+    pub to: Timestamp,
+    /// The version's calendar instants in `[from, to)`, ascending; at most
+    /// [`crate::rules::BACKFILL_MAX`].
+    pub instants: Vec<Timestamp>,
+    /// Overlap policy for the occurrences made (`None`: the version's).
+    pub overlap: Option<Overlap>,
+    /// The backfill's idempotency key: sent again with it, the backfill makes nothing new
+    /// and answers what the first made.
+    pub key: Option<String>,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
 }
 
 /// Params of [`crate::Store::tenant_quota_get`].

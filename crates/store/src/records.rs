@@ -366,14 +366,18 @@ pub enum Origin {
     /// Triggered by an operator ([`crate::Store::schedule_trigger`]): not an instant of the
     /// calendar, and not expected by `campanile reconcile`.
     Manual,
+    /// Made by a backfill ([`crate::Store::schedule_backfill`]): an instant of its version's
+    /// calendar in a past range, run after the fact.
+    Backfill,
 }
 
 impl Origin {
-    /// The API's and the store's name (`planned`, `manual`).
+    /// The API's and the store's name (`planned`, `manual`, `backfill`).
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Planned => "planned",
             Origin::Manual => "manual",
+            Origin::Backfill => "backfill",
         }
     }
 
@@ -381,6 +385,7 @@ impl Origin {
     pub fn from_column(s: Option<&str>) -> Origin {
         match s {
             Some("manual") => Origin::Manual,
+            Some("backfill") => Origin::Backfill,
             _ => Origin::Planned,
         }
     }
@@ -395,6 +400,53 @@ pub struct Triggered {
     pub scheduled_for: Timestamp,
     /// False when the trigger's key had already made it (nothing new was made).
     pub created: bool,
+}
+
+/// Catch-up slots reserved for a tenant ([`crate::Store::tenant_catchup_reserve`]): `count`
+/// runs, the `i`-th available from [`CatchupSlots::slot`], spaced by the tenant's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchupSlots {
+    /// The first slot.
+    pub start: Timestamp,
+    /// The tenant's catch-up rate (runs per second, positive).
+    pub rate: i64,
+    /// How many slots were reserved.
+    pub count: u32,
+}
+
+impl CatchupSlots {
+    /// When the `i`-th reserved run (from 0) may become available.
+    pub fn slot(&self, i: u32) -> Timestamp {
+        let ms = i64::from(i) * 1000 / self.rate.max(1);
+        self.start
+            .checked_add(jiff::SignedDuration::from_millis(ms))
+            .unwrap_or(self.start)
+    }
+}
+
+/// What [`crate::Store::schedule_backfill`] did.
+#[derive(Debug, Clone)]
+pub struct Backfilled {
+    /// The backfill's id (the same when answered again by its key).
+    pub backfill_id: uuid::Uuid,
+    /// The version whose instants were backfilled.
+    pub version: u32,
+    /// The range, `[from, to)`.
+    pub from: Timestamp,
+    /// The range's end (excluded).
+    pub to: Timestamp,
+    /// How many instants of the version's calendar the range holds.
+    pub instants: u32,
+    /// The occurrences it made, by instant (their current state).
+    pub created: Vec<Occurrence>,
+    /// Occurrences the misfire policy had recorded `MISSED` (they never ran): made `READY`
+    /// again, marked [`Origin::Backfill`], under the same id.
+    pub rerun: Vec<Occurrence>,
+    /// Instants that already had an occurrence of the version that ran, runs, waits, or was
+    /// canceled or skipped on purpose: listed, not run again.
+    pub existing: Vec<Occurrence>,
+    /// True when answered from an earlier backfill with the same `Idempotency-Key`.
+    pub replayed: bool,
 }
 
 /// How one attempt ended.
@@ -736,6 +788,9 @@ pub struct Resumed {
     pub examined: u64,
     /// Of those, recorded `MISSED` by the misfire policy.
     pub missed: u64,
+    /// Of those kept, run late at the tenant's catch-up pace
+    /// ([`crate::Store::tenant_catchup_reserve`]).
+    pub paced: u64,
 }
 
 impl Resumed {

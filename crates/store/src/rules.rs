@@ -15,6 +15,76 @@ pub const LEASE_MAX: SignedDuration = SignedDuration::from_secs(86_400);
 /// Most bytes of a worker's id.
 pub const WORKER_ID_MAX: usize = 200;
 
+/// Most instants one backfill may make or list.
+pub const BACKFILL_MAX: usize = 1000;
+
+/// How far a tenant's catch-up pace cursor moves for `count` runs at `rate` per second:
+/// rounded up, so that reservations made one after another never exceed the rate.
+pub fn catchup_span_ms(count: u32, rate: i64) -> i64 {
+    let rate = rate.max(1);
+    (i64::from(count) * 1000 + rate - 1) / rate
+}
+
+/// A backfill's range and instants: `from < to`, `to` not after `now` (the planner plans the
+/// future), at most [`BACKFILL_MAX`] instants.
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] saying what is wrong.
+pub fn check_backfill(p: &crate::ScheduleBackfill, now: jiff::Timestamp) -> Result<(), StoreError> {
+    if p.from >= p.to {
+        return Err(invalid(format!(
+            "from ({}) must be before to ({})",
+            p.from, p.to
+        )));
+    }
+    if p.to > now {
+        return Err(invalid(format!(
+            "to ({}) is in the future (now is {now}): a backfill covers past instants; the \
+             planner plans the rest",
+            p.to
+        )));
+    }
+    if p.instants.len() > BACKFILL_MAX {
+        return Err(invalid(format!(
+            "the range holds more than {BACKFILL_MAX} instants of the schedule's calendar; one \
+             backfill makes at most {BACKFILL_MAX}: split the range"
+        )));
+    }
+    if p.instants.iter().any(|t| *t < p.from || *t >= p.to)
+        || p.instants.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err(invalid(
+            "backfill instants must be ascending, inside [from, to)",
+        ));
+    }
+    Ok(())
+}
+
+/// A backfill's `Idempotency-Key` sent again with another range or overlap policy.
+pub fn backfill_key_reused() -> StoreError {
+    invalid(
+        "this Idempotency-Key was used by a backfill of another range or overlap policy: use a \
+         new key for a new backfill",
+    )
+}
+
+/// Which instants an outage check keeps running late enough to pace by the tenant's catch-up
+/// rate: those not `missed` and older than the misfire policy's lateness.
+pub fn outage_paced(
+    spec: &crate::ScheduleSpec,
+    instants: &[jiff::Timestamp],
+    missed: &[jiff::Timestamp],
+    now: jiff::Timestamp,
+) -> Vec<jiff::Timestamp> {
+    let cutoff = now.checked_sub(spec.misfire.max_lateness()).unwrap_or(now);
+    instants
+        .iter()
+        .copied()
+        .filter(|t| *t < cutoff && !missed.contains(t))
+        .collect()
+}
+
 fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::Invalid(message.into())
 }

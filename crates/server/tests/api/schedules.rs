@@ -764,3 +764,182 @@ async fn a_schedule_runs_now_on_trigger_once_per_key() {
     let (s, v, _) = app.raw(trigger(None)).await;
     assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "wrong_state"), "{v}");
 }
+
+#[tokio::test]
+async fn a_past_range_is_backfilled_once_paced_and_answered_again_by_its_key() {
+    let app = app().await;
+    // Every minute, anchored two hours ago.
+    let anchor =
+        jiff::Timestamp::from_millisecond(jiff::Timestamp::now().as_millisecond() - 7_200_000)
+            .unwrap();
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "bf", "every": "1m", "anchor": anchor.to_string(), "payload": {"n": 2}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    app.quota_of_a(campanile_store::TenantQuota {
+        max_catchup_per_sec: Some(20),
+        ..Default::default()
+    })
+    .await;
+    let at = |m: i64| {
+        jiff::Timestamp::from_millisecond(anchor.as_millisecond() + m * 60_000)
+            .unwrap()
+            .to_string()
+    };
+    let backfill = |key: Option<&'static str>, body: Value| {
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(format!("/v1/schedules/{id}/backfill"))
+            .header("authorization", format!("Bearer {}", app.a))
+            .header("content-type", "application/json");
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        req.body(Body::from(body.to_string())).unwrap()
+    };
+    // Minutes 10 … 19 after the anchor: ten instants.
+    let range = json!({"from": at(10), "to": at(20)});
+    let (s1, v1, _) = app.raw(backfill(Some("night-1"), range.clone())).await;
+    assert_eq!(s1, StatusCode::CREATED, "{v1}");
+    assert_eq!(
+        (v1["instants"].as_u64(), v1["replayed"].as_bool()),
+        (Some(10), Some(false))
+    );
+    let created = v1["created"].as_array().unwrap();
+    assert_eq!(created.len(), 10);
+    assert!(created.iter().all(|o| o["origin"] == "backfill"));
+    assert_eq!(created[0]["scheduled_for"], at(10));
+    // Paced at 20 per second: 50 ms apart, oldest first.
+    let avail: Vec<i64> = created
+        .iter()
+        .map(|o| {
+            o["available_at"]
+                .as_str()
+                .unwrap()
+                .parse::<jiff::Timestamp>()
+                .unwrap()
+                .as_millisecond()
+        })
+        .collect();
+    assert!(avail.windows(2).all(|w| w[1] - w[0] == 50), "{avail:?}");
+    // Sent again with its key: the same answer, 200.
+    let (s2, v2, _) = app.raw(backfill(Some("night-1"), range.clone())).await;
+    assert_eq!(s2, StatusCode::OK, "{v2}");
+    assert_eq!(
+        (v2["backfill_id"].clone(), v2["replayed"].as_bool()),
+        (v1["backfill_id"].clone(), Some(true))
+    );
+    // The same key for another range: 422; an overlapping range without a key lists what
+    // exists and makes only the rest.
+    let (s, v, _) = app
+        .raw(backfill(
+            Some("night-1"),
+            json!({"from": at(0), "to": at(5)}),
+        ))
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{v}"
+    );
+    let (s, v, _) = app
+        .raw(backfill(None, json!({"from": at(15), "to": at(25)})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(
+        (
+            v["created"].as_array().unwrap().len(),
+            v["existing"].as_array().unwrap().len()
+        ),
+        (5, 5)
+    );
+    // The bound, the future, an empty range, a bad overlap: 422 with a message.
+    for (body, says) in [
+        (json!({"from": at(0), "to": now_plus(3600)}), "future"),
+        (json!({"from": at(5), "to": at(5)}), "before"),
+        (
+            json!({"from": at(0), "to": at(5), "overlap": "sometimes"}),
+            "overlap",
+        ),
+        (json!({"from": "yesterday", "to": at(5)}), "from"),
+    ] {
+        let (s, v, _) = app.raw(backfill(None, body.clone())).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");
+        assert!(v["message"].as_str().unwrap().contains(says), "{body}: {v}");
+    }
+    // Past the bound: an every-second schedule over 20 minutes.
+    let (_, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "other", "every": "1s", "anchor": anchor.to_string()})),
+        )
+        .await;
+    let (s, v) = app
+        .call(
+            "POST",
+            &format!("/v1/schedules/{}/backfill", v["id"].as_str().unwrap()),
+            Some(&app.a),
+            Some(json!({"from": at(0), "to": at(20)})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("at most 1000"),
+        "{v}"
+    );
+    // Listed with their origin; claimed with the schedule's payload.
+    let (_, l) = app
+        .call(
+            "GET",
+            &format!("/v1/occurrences?schedule_id={id}&limit=100"),
+            Some(&app.a),
+            None,
+        )
+        .await;
+    let backfilled = l["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["origin"] == "backfill")
+        .count();
+    assert_eq!(backfilled, 15, "{l}");
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let (_, c) = app
+        .call(
+            "POST",
+            "/v1/queues/bf/claim",
+            Some(&app.a),
+            Some(json!({"worker_id": "w", "max": 100})),
+        )
+        .await;
+    let claimed = c["occurrences"].as_array().unwrap();
+    assert_eq!(claimed.len(), 15, "{c}");
+    assert_eq!(claimed[0]["payload"], json!({"n": 2}));
+    // Another tenant's key, an unknown schedule: 404. Paused: 409.
+    let mut foreign = backfill(None, range.clone());
+    foreign.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", app.b).parse().unwrap(),
+    );
+    let (s, _, _) = app.raw(foreign).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = app
+        .call(
+            "POST",
+            &format!("/v1/schedules/{id}/pause"),
+            Some(&app.a),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v, _) = app.raw(backfill(None, range)).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "wrong_state"), "{v}");
+}
