@@ -585,10 +585,38 @@ pub(crate) async fn cancel(
 }
 
 /// Body of `POST /v1/schedules/preview`: a timing as a create takes it (`cron` with its
-/// `timezone` and `dst`, `every` with its `anchor`, or `at`), checked by the same rules.
+/// `timezone` and `dst`, `every` with its `anchor`, or `at`), or a whole create body, checked
+/// by the same rules; plus `after` and `count`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PreviewInput {
+    /// As a create's `queue` (optional here).
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\s$\u0000-\u001F\u007F-\u009F\u00AD\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF]([^\u0000-\u001F\u007F-\u009F\u00AD\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF]*[^\s\u0000-\u001F\u007F-\u009F\u00AD\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF])?$"
+    )]
+    queue: Option<String>,
+    /// As a create's `target`.
+    target: Option<crate::dto::TargetDto>,
+    /// As a create's `payload`.
+    #[schema(value_type = Option<Value>)]
+    payload: Option<Box<serde_json::value::RawValue>>,
+    /// As a create's `priority`.
+    priority: Option<i32>,
+    /// As a create's `lease_seconds` (1–86400).
+    #[schema(minimum = 1, maximum = 86400)]
+    lease_seconds: Option<i64>,
+    /// As a create's `misfire`.
+    misfire: Option<crate::dto::MisfireDto>,
+    /// As a create's `overlap`.
+    #[schema(schema_with = crate::dto::overlap_policy)]
+    overlap: Option<String>,
+    /// As a create's `flex_window_seconds` (0–86400).
+    #[schema(minimum = 0, maximum = 86400)]
+    flex_window_seconds: Option<i64>,
+    /// As a create's `retry`.
+    retry: Option<crate::dto::RetryDto>,
     /// Cron expression (5 or 6 fields, or a macro).
     #[schema(min_length = 1)]
     cron: Option<String>,
@@ -671,20 +699,32 @@ pub(crate) async fn preview(
         Some(a) => crate::dto::rfc3339_instant("after", a)?,
         None => now,
     };
-    // Checked as a create would check it (a queue is not part of a timing).
+    // Checked as a create would check it (a timing alone is previewed as if for a queue).
+    let queue = match (&p.queue, &p.target) {
+        (None, None) => Some("preview".into()),
+        _ => p.queue,
+    };
     let input = ScheduleInput {
-        queue: Some("preview".into()),
+        version: None,
+        queue,
+        target: p.target,
         cron: p.cron,
         timezone: p.timezone,
-        dst: p.dst,
+        at: p.at,
         every: p.every,
         anchor: p.anchor,
-        at: p.at,
-        ..ScheduleInput::default()
+        payload: p.payload,
+        priority: p.priority,
+        lease_seconds: p.lease_seconds,
+        misfire: p.misfire,
+        overlap: p.overlap,
+        flex_window_seconds: p.flex_window_seconds,
+        retry: p.retry,
+        dst: p.dst,
     };
     let spec = input.to_spec(now)?;
-    let cal =
-        campanile_planner::calendar_of(&spec).map_err(|e| ApiError::invalid(e.to_string()))?;
+    // Every rule of a create (queue, lease, retries, misfire bounds), then the calendar.
+    let cal = campanile_planner::schedules::validate(&spec)?;
     let zone = match &spec.timing {
         campanile_store::Timing::Cron { timezone, .. } => {
             Zone::get(timezone).map_err(|e| ApiError::invalid(e.to_string()))?

@@ -202,6 +202,7 @@ impl Gen {
             "ScheduleInput.queue"
             | "ScheduleCreate.queue"
             | "ScheduleUpdate.queue"
+            | "PreviewInput.queue"
             | "ClaimNext.queue" => json!("emails"),
             "TargetDto.subject" => json!("billing.nightly"),
             "ClaimInput.worker_id"
@@ -241,6 +242,7 @@ impl Gen {
             "ScheduleInput.queue"
             | "ScheduleCreate.queue"
             | "ScheduleUpdate.queue"
+            | "PreviewInput.queue"
             | "ClaimNext.queue" => json!("$nats:billing"),
             "/v1/queues/{queue}/claim:queue" => json!("$nats:billing"),
             "TargetDto.subject" => json!("billing.*"),

@@ -414,6 +414,21 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
         json!(["2030-01-01T01:30:00Z", "2030-01-01T03:00:00Z"])
     );
     assert_eq!(v["timezone"], "UTC");
+    // A whole definition, the body of a create, previews as its timing, with its DST policy.
+    let whole = json!({"queue": "reports", "cron": "30 2 * * *", "timezone": "America/New_York",
+        "dst": {"gap": "shift"}, "payload": {"n": 1}, "priority": 5, "lease_seconds": 60,
+        "misfire": {"policy": "fire_once", "max_lateness_seconds": 600}, "overlap": "SKIP_IF_RUNNING",
+        "retry": {"max_attempts": 5}, "after": "2026-03-07T00:00:00Z", "count": 2});
+    let (s, v) = app
+        .call("POST", "/v1/schedules/preview", k, Some(whole))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["next_fires"],
+        json!(["2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z"]),
+        "{v}"
+    );
+    assert_eq!(v["fires"][1]["dst"], "shifted_from_gap", "{v}");
     let (s, v) = app
         .call(
             "POST",
@@ -429,7 +444,9 @@ async fn bad_input_is_a_4xx_that_says_what_is_wrong() {
         json!({"every": "1d"}),
         json!({"cron": "* * * * *", "every": "1m"}),
         json!({}),
-        json!({"cron": "* * * * *", "queue": "q"}),
+        json!({"cron": "* * * * *", "queue": "q", "lease_seconds": 0}),
+        json!({"cron": "* * * * *", "queue": "q", "target": {"type": "nats", "subject": "a.b"}}),
+        json!({"cron": "* * * * *", "queue": "q", "no_such_field": 1}),
     ] {
         let (s, v) = app
             .call("POST", "/v1/schedules/preview", k, Some(bad.clone()))
