@@ -5,6 +5,7 @@ mod db;
 mod error;
 mod preview;
 mod reconcile;
+mod remote;
 mod serve;
 
 use crate::error::CliError;
@@ -43,6 +44,10 @@ enum Command {
         #[arg(long, env = "CAMPANILE_DATABASE", default_value = "./campanile.db")]
         database: String,
     },
+    /// A tenant's schedules on a running node, over HTTP (--server, --key).
+    Schedule(remote::ScheduleArgs),
+    /// A tenant's occurrences on a running node, over HTTP (--server, --key).
+    Occurrence(remote::OccurrenceArgs),
     /// Benchmarks; each prints one JSON object of figures as its last line with --json.
     #[command(subcommand)]
     Bench(campanile_bench::BenchCommand),
@@ -57,6 +62,8 @@ fn main() -> ExitCode {
         Command::Key(cmd) => admin::key(cmd),
         Command::Reconcile(args) => reconcile::run(args),
         Command::Migrate { database } => migrate(&database),
+        Command::Schedule(args) => remote::schedule(args),
+        Command::Occurrence(args) => remote::occurrence(args),
         Command::Bench(cmd) => campanile_bench::run(cmd).map_err(CliError::from),
     };
     match result {
@@ -80,4 +87,14 @@ fn migrate(database: &str) -> Result<(), CliError> {
         db::latest_version(database)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn every_command_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

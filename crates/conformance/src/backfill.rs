@@ -242,7 +242,7 @@ pub fn a_backfill_makes_each_missing_instant_once_at_the_tenant_pace(rt: &Runtim
             Err(StoreError::Invalid(_))
         ));
         let too_many = ScheduleBackfill {
-            instants: (0..=rules::BACKFILL_MAX as i64).map(|i| at(i)).collect(),
+            instants: (0..=rules::BACKFILL_MAX as i64).map(at).collect(),
             ..backfill(None, 0, 6, 120)
         };
         assert!(matches!(bad(too_many).await, Err(StoreError::Invalid(_))));

@@ -524,7 +524,8 @@ pub(crate) async fn backfill(
         .schedules
         .backfill(caller.tenant, id, from, to, overlap, key, None)
         .await?;
-    let status = if !done.replayed && !(done.created.is_empty() && done.rerun.is_empty()) {
+    let made_something = !done.created.is_empty() || !done.rerun.is_empty();
+    let status = if made_something && !done.replayed {
         StatusCode::CREATED
     } else {
         StatusCode::OK

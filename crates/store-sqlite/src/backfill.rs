@@ -15,10 +15,10 @@ pub(crate) fn schedule_backfill(c: &Connection, p: &ScheduleBackfill, now: i64) 
     rules::check_backfill(p, ts(now)?)?;
     let rec = crate::version::schedule_get(c, p.tenant, p.id)?
         .ok_or_else(|| StoreError::NotFound(format!("schedule {}", p.id.0)))?;
-    if let Some(key) = &p.key {
-        if let Some(done) = by_key(c, p, key, now)? {
-            return Ok(done);
-        }
+    if let Some(key) = &p.key
+        && let Some(done) = by_key(c, p, key, now)?
+    {
+        return Ok(done);
     }
     rules::check_trigger(rec.state)?;
     if rec.version != p.version {
