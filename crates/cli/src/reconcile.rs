@@ -149,6 +149,7 @@ async fn schedule_ids(store: &dyn Store, tenant: TenantId) -> Result<Vec<Schedul
                 tenant,
                 state: None,
                 queue: None,
+                timezone: None,
                 after,
                 limit: 500,
             })

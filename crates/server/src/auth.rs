@@ -66,15 +66,20 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<ApiKeyRecord, A
         .map(|(_, key)| key.trim())
         .filter(|k| !k.is_empty())
         .ok_or_else(ApiError::unauthorized)?;
-    let hash = hash_key(key);
+    find_by_hash(state, hash_key(key)).await
+}
+
+/// The unrevoked key with this hash (through the node's key cache), or 401.
+pub(crate) async fn find_by_hash(
+    state: &AppState,
+    hash: Vec<u8>,
+) -> Result<ApiKeyRecord, ApiError> {
     if let Some(record) = state.keys.get(&hash) {
         return Ok(record);
     }
     let record = state
         .store
-        .api_key_find(ApiKeyFind {
-            hash: hash.to_vec(),
-        })
+        .api_key_find(ApiKeyFind { hash: hash.clone() })
         .await?
         .ok_or_else(ApiError::unauthorized)?;
     state.keys.put(hash, &record);

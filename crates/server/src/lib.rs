@@ -10,6 +10,7 @@ mod answers;
 mod auth;
 mod body;
 mod claims;
+mod console;
 pub mod dto;
 mod error;
 pub mod http;
@@ -302,6 +303,7 @@ pub fn router(state: AppState, cfg: &ServerConfig) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .route("/openapi.json", get(openapi_json))
+        .merge(console::router())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(cfg.max_body_bytes))

@@ -285,6 +285,7 @@ pub(crate) async fn list(
                 tenant: caller.tenant,
                 state: st,
                 queue: q.queue.clone(),
+                timezone: None,
                 after: cursor,
                 limit: want,
             })
@@ -726,6 +727,17 @@ pub(crate) async fn preview(
     let spec = input.to_spec(now)?;
     // Every rule of a create (queue, lease, retries, misfire bounds), then the calendar.
     let cal = campanile_planner::schedules::validate(&spec)?;
+    Ok(Json(fires_of(&spec, &cal, after, count)?))
+}
+
+/// The next `count` fires of `spec` (whose calendar is `cal`) after `after`, each with its
+/// wall time in the schedule's zone (UTC for `every` and `at`) and its DST decision.
+pub(crate) fn fires_of(
+    spec: &campanile_store::ScheduleSpec,
+    cal: &campanile_calendar::Calendar,
+    after: Timestamp,
+    count: usize,
+) -> Result<PreviewOut, ApiError> {
     let zone = match &spec.timing {
         campanile_store::Timing::Cron { timezone, .. } => {
             Zone::get(timezone).map_err(|e| ApiError::invalid(e.to_string()))?
@@ -765,11 +777,11 @@ pub(crate) async fn preview(
             dst_wall_time,
         });
     }
-    Ok(Json(PreviewOut {
+    Ok(PreviewOut {
         next_fires: fires.iter().map(|f| f.at).collect(),
         timezone: zone.name().to_string(),
         fires,
-    }))
+    })
 }
 
 /// Refuses an external target no node of this deployment delivers.

@@ -62,6 +62,8 @@ pub struct AppState {
     /// Largest accepted request body: the largest payload an answer can carry.
     pub(crate) max_body_bytes: usize,
     pub(crate) metrics: PrometheusHandle,
+    /// The console's signed-in sessions.
+    pub(crate) sessions: Arc<crate::console::Sessions>,
 }
 
 impl AppState {
@@ -90,13 +92,17 @@ impl AppState {
                 Arc::new(campanile_core::SystemClock),
             )),
             metrics: metrics_handle(),
+            sessions: Arc::new(crate::console::Sessions::new(Arc::new(
+                campanile_core::SystemClock,
+            ))),
         }
     }
 
     /// The same state with `clock` timing the API-key cache (tests step it).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn campanile_core::Clock>) -> AppState {
-        self.keys = Arc::new(self.keys.with_clock(clock));
+        self.keys = Arc::new(self.keys.with_clock(clock.clone()));
+        self.sessions = Arc::new(crate::console::Sessions::new(clock));
         self
     }
 }

@@ -21,6 +21,7 @@ mod idempotency;
 mod lease;
 mod migrate;
 mod occurrence;
+mod overview;
 #[cfg(test)]
 mod plan_tests;
 mod planning;
@@ -610,6 +611,10 @@ impl Store for PgStore {
 
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
         tenant::tenant_quota_set(&self.client().await?, p).await
+    }
+
+    async fn overview(&self, p: OverviewGet) -> Result<Overview, StoreError> {
+        overview::overview(&self.client().await?, p).await
     }
 
     async fn tenant_catchup_reserve(

@@ -52,8 +52,9 @@ pub(crate) async fn schedule_list(c: &Client, p: ScheduleList) -> R<Vec<Schedule
           WHERE s.tenant_id = $1 AND s.id > COALESCE($2::uuid, '00000000-0000-0000-0000-000000000000')
             AND ($3::text IS NULL OR s.state = $3)
             AND ($4::text IS NULL OR v.queue = $4)
+            AND ($6::text IS NULL OR v.timezone = $6)
           ORDER BY s.id LIMIT $5",
-        &[&p.tenant.0, &p.after.map(|a| a.0), &p.state.map(|st| st.as_str()), &p.queue, &i64::from(p.limit)],
+        &[&p.tenant.0, &p.after.map(|a| a.0), &p.state.map(|st| st.as_str()), &p.queue, &i64::from(p.limit), &p.timezone],
     )
     .await?
     .iter()

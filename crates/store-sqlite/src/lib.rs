@@ -22,6 +22,7 @@ mod idempotency;
 mod lease;
 mod migrate;
 mod occurrence;
+mod overview;
 mod planning;
 mod pool;
 mod queue;
@@ -518,6 +519,11 @@ impl Store for SqliteStore {
 
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError> {
         self.write(move |c| tenant::tenant_quota_set(c, &p)).await
+    }
+
+    async fn overview(&self, p: OverviewGet) -> Result<Overview, StoreError> {
+        let now = self.now(p.now);
+        self.read(move |c| overview::overview(c, &p, now)).await
     }
 
     async fn tenant_catchup_reserve(

@@ -57,11 +57,11 @@ pub(crate) fn schedule_list(c: &Connection, p: &ScheduleList) -> R<Vec<ScheduleR
         .prepare_cached(
             "SELECT s.id FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
               WHERE s.tenant_id = ?1 AND (?2 IS NULL OR s.id > ?2) AND (?3 IS NULL OR s.state = ?3)
-                AND (?4 IS NULL OR v.queue = ?4)
+                AND (?4 IS NULL OR v.queue = ?4) AND (?6 IS NULL OR v.timezone = ?6)
               ORDER BY s.id LIMIT ?5",
         )
         .and_then(|mut s| {
-            s.query_map(params![p.tenant.0, p.after.map(|a| a.0), p.state.map(|st| st.as_str()), p.queue, p.limit], |r| r.get(0))?
+            s.query_map(params![p.tenant.0, p.after.map(|a| a.0), p.state.map(|st| st.as_str()), p.queue, p.limit, p.timezone], |r| r.get(0))?
                 .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?;

@@ -50,6 +50,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Sets a tenant's quotas.
     async fn tenant_quota_set(&self, p: TenantQuota) -> Result<(), StoreError>;
 
+    /// The console's overview: the due backlog, the claims and finishes of a recent window,
+    /// the planning shards and nodes ([`Overview`]).
+    async fn overview(&self, p: OverviewGet) -> Result<Overview, StoreError>;
+
     /// Reserves `p.count` catch-up slots of a tenant with a catch-up rate
     /// (`max_catchup_per_sec`): the tenant's pace cursor moves on atomically, so that late
     /// runs paced by any planning pass, node, resume, outage check or backfill share one

@@ -575,6 +575,8 @@ pub struct ScheduleList {
     pub state: Option<ScheduleState>,
     /// Only schedules whose current version targets this queue.
     pub queue: Option<String>,
+    /// Only cron schedules in this zone (as stored: the name given at creation).
+    pub timezone: Option<String>,
     /// Resume after this id (cursor pagination; ids are creation-ordered).
     pub after: Option<ScheduleId>,
     /// Page size.
@@ -647,6 +649,17 @@ pub struct RelayClaim {
 pub struct TenantByName {
     /// The tenant's unique name.
     pub name: String,
+}
+
+/// Params of [`crate::Store::overview`].
+#[derive(Debug, Clone, Copy)]
+pub struct OverviewGet {
+    /// Whose work (`None`: every tenant's, for an operator).
+    pub tenant: Option<TenantId>,
+    /// The window's start: claims and finishes from here to `now`.
+    pub since: Timestamp,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
 }
 
 /// Params of [`crate::Store::tenant_catchup_reserve`].

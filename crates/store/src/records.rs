@@ -402,6 +402,47 @@ pub struct Triggered {
     pub created: bool,
 }
 
+/// What the console's overview shows ([`crate::Store::overview`]): the due backlog, and the
+/// claims and finishes of a recent window. The window reads occurrences planned from an hour
+/// before its start on (ids lead with the planned instant), so its cost does not grow with
+/// history; a claim of an occurrence planned longer ago than that is not counted.
+#[derive(Debug, Clone, Default)]
+pub struct Overview {
+    /// Occurrences due now and not claimed, counted up to [`BACKLOG_COUNT_CAP`].
+    pub due: u64,
+    /// When the longest-waiting of them became available.
+    pub oldest_due_at: Option<Timestamp>,
+    /// Per claim in the window (the latest [`OVERVIEW_SAMPLES`]): claimed at minus available
+    /// at, in milliseconds.
+    pub claim_lag_ms: Vec<i64>,
+    /// The same claims: claimed at minus the planned instant, in milliseconds.
+    pub schedule_lag_ms: Vec<i64>,
+    /// Occurrences that reached a final state in the window, per state.
+    pub finished: Vec<(campanile_core::OccurrenceState, u64)>,
+    /// Of those, how many per minute (the minute's start), oldest first.
+    pub per_minute: Vec<(Timestamp, u64)>,
+    /// The planning shards and who holds them.
+    pub shards: Vec<ShardHold>,
+    /// Planner nodes and until when each is marked alive.
+    pub nodes: Vec<(String, Timestamp)>,
+}
+
+/// Most claims an [`Overview`] samples.
+pub const OVERVIEW_SAMPLES: u32 = 10_000;
+
+/// A planning shard's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardHold {
+    /// The shard.
+    pub shard: i32,
+    /// The node holding it, if any.
+    pub owner: Option<String>,
+    /// Its lease epoch.
+    pub epoch: i64,
+    /// Until when.
+    pub lease_until: Option<Timestamp>,
+}
+
 /// Catch-up slots reserved for a tenant ([`crate::Store::tenant_catchup_reserve`]): `count`
 /// runs, the `i`-th available from [`CatchupSlots::slot`], spaced by the tenant's rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
