@@ -309,7 +309,7 @@ pub(crate) async fn overview(
         "schedule_lag": lag(&o.schedule_lag_ms),
         "claim_chart": svg::lag_histogram("Claim lag over the last hour (claimed minus available)", &o.claim_lag_ms),
         "schedule_chart": svg::lag_histogram("Schedule lag over the last hour (claimed minus planned)", &o.schedule_lag_ms),
-        "throughput_chart": svg::bars("Occurrences finished per minute over the last hour", &minutes),
+        "throughput_chart": svg::bars("Occurrences finished per minute over the last hour", 1120.0, &minutes),
         "finished_total": finished_total,
         "succeeded": count(OccurrenceState::Succeeded),
         "dead": count(OccurrenceState::Dead),

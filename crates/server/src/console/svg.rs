@@ -37,9 +37,9 @@ pub(crate) fn quantile(values: &[i64], q: f64) -> Option<i64> {
     Some(v[rank - 1])
 }
 
-/// A bar chart of `bars` (label, value), `title` read by screen readers.
-pub(crate) fn bars(title: &str, bars: &[(String, u64)]) -> String {
-    let (w, h, pad) = (560.0_f64, 160.0_f64, 24.0_f64);
+/// A bar chart of `bars` (label, value), `width` units wide, `title` read by screen readers.
+pub(crate) fn bars(title: &str, width: f64, bars: &[(String, u64)]) -> String {
+    let (w, h, pad) = (width, 160.0_f64, 24.0_f64);
     let max = bars.iter().map(|b| b.1).max().unwrap_or(0).max(1) as f64;
     let n = bars.len().max(1) as f64;
     let slot = (w - 2.0 * pad) / n;
@@ -96,7 +96,7 @@ pub(crate) fn lag_histogram(title: &str, values: &[i64]) -> String {
         .zip(counts)
         .map(|(l, c)| ((*l).to_string(), c))
         .collect();
-    bars(title, &labelled)
+    bars(title, 560.0, &labelled)
 }
 
 fn escape(s: &str) -> String {
