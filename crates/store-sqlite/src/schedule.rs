@@ -53,10 +53,12 @@ pub(crate) fn schedule_create(c: &Connection, p: &ScheduleCreate, now: i64) -> R
 }
 
 pub(crate) fn schedule_list(c: &Connection, p: &ScheduleList) -> R<Vec<ScheduleRecord>> {
+    // The cursor as a range of the (tenant, id) index whatever it is: `?2 IS NULL OR s.id > ?2`
+    // would scan the tenant's schedules from its first on every page (x'' is the least blob).
     let ids: Vec<Uuid> = c
         .prepare_cached(
             "SELECT s.id FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.version
-              WHERE s.tenant_id = ?1 AND (?2 IS NULL OR s.id > ?2) AND (?3 IS NULL OR s.state = ?3)
+              WHERE s.tenant_id = ?1 AND s.id > COALESCE(?2, x'') AND (?3 IS NULL OR s.state = ?3)
                 AND (?4 IS NULL OR v.queue = ?4) AND (?6 IS NULL OR v.timezone = ?6)
               ORDER BY s.id LIMIT ?5",
         )
