@@ -172,13 +172,48 @@ pub(crate) async fn seed_due(
 
 /// Prints a `batch / occurrences/s / seconds` table of benchmark results.
 pub(crate) fn print_rates(results: &[serde_json::Value]) {
-    println!("{:>8}  {:>14}  {:>9}", "batch", "occurrences/s", "seconds");
+    println!(
+        "{:>8}  {:>14}  {:>9}  {:>10}  {:>8}",
+        "batch", "occurrences/s", "seconds", "ceiling/s", "ratio"
+    );
     for r in results {
+        let ceiling = r["ceiling_occurrences_per_sec"]
+            .as_f64()
+            .map_or("–".to_string(), |c| format!("{c:.0}"));
+        let ratio = r["ratio_to_ceiling"]
+            .as_f64()
+            .map_or("–".to_string(), |c| format!("{c:.2}"));
         println!(
-            "{:>8}  {:>14.0}  {:>9.3}",
+            "{:>8}  {:>14.0}  {:>9.3}  {:>10}  {:>8}",
             r["batch"],
             r["occurrences_per_sec"].as_f64().unwrap_or(0.0),
-            r["seconds"].as_f64().unwrap_or(0.0)
+            r["seconds"].as_f64().unwrap_or(0.0),
+            ceiling,
+            ratio
         );
     }
+}
+
+/// Measures the raw-SQL ceiling right after a measurement `r` (same occurrences, batch and
+/// workers) and adds `ceiling_occurrences_per_sec` and `ratio_to_ceiling` to it.
+pub(crate) async fn with_ceiling(
+    common: &Common,
+    skip: bool,
+    workers: u32,
+    mut r: serde_json::Value,
+) -> Result<serde_json::Value, BenchError> {
+    if skip {
+        return Ok(r);
+    }
+    let (Some(batch), Some(n), Some(rate)) = (
+        r["batch"].as_u64(),
+        r["occurrences"].as_u64(),
+        r["occurrences_per_sec"].as_f64(),
+    ) else {
+        return Ok(r);
+    };
+    let ceiling = crate::ceiling::rate(common, n as u32, batch as u32, workers).await?;
+    r["ceiling_occurrences_per_sec"] = serde_json::json!(ceiling);
+    r["ratio_to_ceiling"] = serde_json::json!(rate / ceiling.max(1e-9));
+    Ok(r)
 }

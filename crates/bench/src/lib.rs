@@ -2,6 +2,7 @@
 //! progress bar and a human summary, and with `--json` prints one JSON object of figures as the
 //! last line of stdout.
 
+mod ceiling;
 mod common;
 mod db;
 mod error;
@@ -41,6 +42,9 @@ pub enum BenchCommand {
     Scale(scale::ScaleArgs),
     /// Due occurrences with a NATS target delivered by the relay into JetStream.
     Relay(relay::RelayArgs),
+    /// The raw-SQL claim + complete with the same guarantees and nothing else: the ceiling
+    /// the throughput benchmarks report their `ratio_to_ceiling` against.
+    Ceiling(ceiling::CeilingArgs),
     /// Steady load for minutes with a short retention: database size over time (it must
     /// level off) and throughput in the first vs the last minute.
     Soak(soak::SoakArgs),
@@ -61,5 +65,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Scale(args) => scale::run(args),
         BenchCommand::Relay(args) => relay::run(args),
         BenchCommand::Soak(args) => soak::run(args),
+        BenchCommand::Ceiling(args) => ceiling::run(args),
     }
 }

@@ -47,6 +47,8 @@ pub struct PeakArgs {
     /// Claim in a request of its own instead of with the previous batch's outcomes.
     #[arg(long)]
     separate_claims: bool,
+    #[command(flatten)]
+    ceiling: crate::ceiling::CeilingFlag,
 }
 
 /// Quantiles of a Prometheus histogram in the text format, summed over its label sets: for
@@ -364,7 +366,16 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
     let schedule_lag =
         planned.map(|p| ((p.as_millisecond() - due.as_millisecond()).max(0)) as f64 / 1000.0);
     let drain = (drained_at.as_millisecond() - due.as_millisecond()) as f64 / 1000.0;
+    let rate = lags.len() as f64 / drain.max(1e-9);
+    // The ceiling after the peak, at the same count, batch and workers.
+    let ceiling = if args.ceiling.no_ceiling {
+        None
+    } else {
+        Some(crate::ceiling::rate(&args.common, args.schedules, args.batch, args.workers).await?)
+    };
     let out = json!({
+        "ceiling_occurrences_per_sec": ceiling,
+        "ratio_to_ceiling": ceiling.map(|c| rate / c.max(1e-9)),
         "bench": "peak",
         "backend": args.common.backend,
         "schedules": args.schedules,
@@ -378,7 +389,7 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         "claim_lag_seconds": { "p50": pct(&claim_lags, 0.5), "p99": pct(&claim_lags, 0.99), "max": claim_lags.last().copied().unwrap_or(0.0) },
         "end_to_end_lag_seconds": { "p50": pct(&lags, 0.5), "p99": pct(&lags, 0.99), "max": lags.last().copied().unwrap_or(0.0) },
         "drain_seconds": drain,
-        "occurrences_per_sec": lags.len() as f64 / drain.max(1e-9),
+        "occurrences_per_sec": rate,
         "claimed": lags.len(),
     });
     println!(

@@ -2,7 +2,8 @@
 //!
 //! For each batch size: a fresh tenant gets `--occurrences` due occurrences (not timed), then
 //! `--workers` concurrent workers each loop "claim a batch, finish it as one fenced batch"
-//! until the queue is empty. The figure is occurrences claimed and completed per second.
+//! until the queue is empty. The figure is occurrences claimed and completed per second, and
+//! its ratio to the raw-SQL ceiling (`bench ceiling`) measured right after it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +32,8 @@ pub struct StoreArgs {
     /// Concurrent workers.
     #[arg(long, default_value_t = 8)]
     workers: u32,
+    #[command(flatten)]
+    ceiling: crate::ceiling::CeilingFlag,
 }
 
 pub(crate) fn run(args: StoreArgs) -> Result<(), BenchError> {
@@ -48,6 +51,10 @@ async fn run_async(args: StoreArgs) -> Result<(), BenchError> {
     let mut results = Vec::new();
     for (i, &batch) in args.batch.iter().enumerate() {
         let rate = measure(&store, i, batch, &args).await?;
+        // The ceiling right after each batch size, on the same backend and machine.
+        let rate =
+            crate::common::with_ceiling(&args.common, args.ceiling.no_ceiling, args.workers, rate)
+                .await?;
         results.push(rate);
     }
     bench_db.finish().await?;

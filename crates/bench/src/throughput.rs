@@ -36,6 +36,8 @@ pub struct ThroughputArgs {
     /// Claim in a request of its own instead of with the previous batch's outcomes.
     #[arg(long)]
     separate_claims: bool,
+    #[command(flatten)]
+    ceiling: crate::ceiling::CeilingFlag,
 }
 
 pub(crate) fn run(args: ThroughputArgs) -> Result<(), BenchError> {
@@ -132,7 +134,12 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
                 args.occurrences
             )));
         }
-        results.push(json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs }));
+        let r = json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs });
+        // The ceiling right after each batch size, on the same backend and machine.
+        results.push(
+            crate::common::with_ceiling(&args.common, args.ceiling.no_ceiling, args.workers, r)
+                .await?,
+        );
     }
     server.abort();
     bench_db.finish().await?;

@@ -1,0 +1,314 @@
+//! `campanile bench ceiling`: the raw-SQL claim + complete that keeps Campanile's guarantees,
+//! with nothing else — the ceiling the throughput benchmarks measure themselves against.
+//!
+//! The same durability (SQLite: WAL with `synchronous = FULL`, as the store opens it;
+//! PostgreSQL: `synchronous_commit = on`), the same unique key `(schedule_id, version,
+//! scheduled_for)`, the same lease and epoch columns: a claim takes due rows in availability
+//! order, sets owner, epoch + 1 and a lease, and commits; a completion is accepted only from
+//! the owner at the current epoch inside the lease, and commits. What it leaves out is all
+//! Campanile adds: tenants, quotas, overlap policies, attempts history, payloads, the HTTP
+//! layer. On SQLite one connection does both (the file has one writer); on PostgreSQL each
+//! of `--workers` connections loops claim, complete (`FOR UPDATE SKIP LOCKED`).
+//!
+//! A batch of 1 is the fsync-bound ceiling: commits per second of one-row transactions.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::common::{Backend, Common};
+use crate::error::BenchError;
+
+/// Arguments of `campanile bench ceiling`.
+#[derive(Debug, Args)]
+pub struct CeilingArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Occurrences per batch size.
+    #[arg(long, default_value_t = 100_000)]
+    occurrences: u32,
+    /// Batch sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
+    batch: Vec<u32>,
+    /// Concurrent workers (PostgreSQL; SQLite has one writer).
+    #[arg(long, default_value_t = 8)]
+    workers: u32,
+}
+
+pub(crate) fn run(args: CeilingArgs) -> Result<(), BenchError> {
+    if args.occurrences == 0 || args.workers == 0 || args.batch.contains(&0) {
+        return Err(BenchError::usage(
+            "--occurrences, --workers and every --batch must be positive",
+        ));
+    }
+    crate::error::block_on(async {
+        let mut results = Vec::new();
+        for &batch in &args.batch {
+            let r = rate(&args.common, args.occurrences, batch, args.workers).await?;
+            results.push(json!({"batch": batch, "occurrences": args.occurrences,
+                                "seconds": f64::from(args.occurrences) / r.max(1e-9),
+                                "occurrences_per_sec": r}));
+        }
+        println!(
+            "campanile bench ceiling — {:?}, raw SQL claim + complete, {} occurrences per batch \
+             size, {} workers",
+            args.common.backend, args.occurrences, args.workers
+        );
+        crate::common::print_rates(&results);
+        if args.common.json {
+            println!(
+                "{}",
+                json!({"bench": "ceiling", "backend": args.common.backend,
+                       "occurrences": args.occurrences, "workers": args.workers,
+                       "results": results})
+            );
+        }
+        Ok(())
+    })
+}
+
+/// Whether a benchmark measures the ceiling beside itself (`--no-ceiling` skips it).
+#[derive(Debug, Args)]
+pub(crate) struct CeilingFlag {
+    /// Do not measure the raw-SQL ceiling beside the benchmark (no `ratio_to_ceiling`).
+    #[arg(long)]
+    pub(crate) no_ceiling: bool,
+}
+
+/// Occurrences claimed and completed per second by the ceiling, on `common`'s backend, over
+/// a fresh table of `occurrences` due rows.
+pub(crate) async fn rate(
+    common: &Common,
+    occurrences: u32,
+    batch: u32,
+    workers: u32,
+) -> Result<f64, BenchError> {
+    match common.backend {
+        Backend::Sqlite => {
+            let tmp = tempfile::tempdir()
+                .map_err(|e| BenchError::runtime(format!("temporary directory: {e}")))?;
+            let path = tmp.path().join("ceiling.db");
+            tokio::task::spawn_blocking(move || sqlite(&path, occurrences, batch))
+                .await
+                .map_err(|e| BenchError::runtime(format!("ceiling thread: {e}")))?
+        }
+        Backend::Postgres => {
+            let url = common
+                .database
+                .clone()
+                .ok_or_else(|| BenchError::usage("--backend postgres needs --database"))?;
+            postgres(&url, occurrences, batch, workers).await
+        }
+    }
+}
+
+const SCHEMA: &str = "
+    CREATE TABLE ceiling (
+        seq           INTEGER PRIMARY KEY,
+        id            BLOB    NOT NULL UNIQUE,
+        schedule_id   BLOB    NOT NULL,
+        version       INTEGER NOT NULL,
+        scheduled_for INTEGER NOT NULL,
+        available_at  INTEGER NOT NULL,
+        state         TEXT    NOT NULL,
+        owner         TEXT,
+        epoch         INTEGER NOT NULL DEFAULT 0,
+        lease_until   INTEGER,
+        finished_at   INTEGER,
+        result        TEXT,
+        UNIQUE (schedule_id, version, scheduled_for));
+    CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';";
+
+fn sqlite(path: &std::path::Path, n: u32, batch: u32) -> Result<f64, BenchError> {
+    use rusqlite::params;
+    let err = |e: rusqlite::Error| BenchError::runtime(format!("ceiling (SQLite): {e}"));
+    let mut c = rusqlite::Connection::open(path).map_err(err)?;
+    c.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -65536;",
+    )
+    .map_err(err)?;
+    c.execute_batch(SCHEMA).map_err(err)?;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let schedule = uuid::Uuid::now_v7();
+    {
+        let tx = c.transaction().map_err(err)?;
+        {
+            let mut ins = tx
+                .prepare(
+                    "INSERT INTO ceiling (id, schedule_id, version, scheduled_for, available_at, state)
+                     VALUES (?1, ?2, 1, ?3, ?3, 'READY')",
+                )
+                .map_err(err)?;
+            for i in 0..i64::from(n) {
+                ins.execute(params![uuid::Uuid::now_v7(), schedule, now - 1 - i])
+                    .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)?;
+    }
+    let started = Instant::now();
+    let mut done = 0u64;
+    loop {
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let claimed: Vec<(i64, i64)> = {
+            let mut s = tx
+                .prepare_cached(
+                    "UPDATE ceiling SET state = 'RUNNING', owner = 'w', epoch = epoch + 1,
+                            lease_until = ?1 + 60000
+                      WHERE seq IN (SELECT seq FROM ceiling WHERE state = 'READY'
+                                      AND available_at <= ?1 ORDER BY available_at LIMIT ?2)
+                      RETURNING seq, epoch",
+                )
+                .map_err(err)?;
+            s.query_map(params![now, batch], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(err)?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(err)?
+        };
+        tx.commit().map_err(err)?;
+        if claimed.is_empty() {
+            break;
+        }
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        {
+            let mut s = tx
+                .prepare_cached(
+                    "UPDATE ceiling SET state = 'SUCCEEDED', result = 'true', finished_at = ?4
+                      WHERE seq = ?1 AND owner = ?2 AND epoch = ?3 AND state = 'RUNNING'
+                        AND lease_until > ?4",
+                )
+                .map_err(err)?;
+            for (seq, epoch) in &claimed {
+                done += s.execute(params![seq, "w", epoch, now]).map_err(err)? as u64;
+            }
+        }
+        tx.commit().map_err(err)?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if done != u64::from(n) {
+        return Err(BenchError::runtime(format!(
+            "ceiling completed {done} of {n}"
+        )));
+    }
+    Ok(done as f64 / secs)
+}
+
+async fn postgres(url: &str, n: u32, batch: u32, workers: u32) -> Result<f64, BenchError> {
+    let err = |e: tokio_postgres::Error| BenchError::runtime(format!("ceiling (PostgreSQL): {e}"));
+    let schema = format!("ceiling_{}", uuid::Uuid::now_v7().simple());
+    let connect = || async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(err)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok::<_, BenchError>(client)
+    };
+    let admin = connect().await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path = {schema};
+             CREATE TABLE ceiling (
+                 seq           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                 id            UUID    NOT NULL UNIQUE,
+                 schedule_id   UUID    NOT NULL,
+                 version       INTEGER NOT NULL,
+                 scheduled_for BIGINT  NOT NULL,
+                 available_at  BIGINT  NOT NULL,
+                 state         TEXT    NOT NULL,
+                 owner         TEXT,
+                 epoch         BIGINT  NOT NULL DEFAULT 0,
+                 lease_until   BIGINT,
+                 finished_at   BIGINT,
+                 result        TEXT,
+                 UNIQUE (schedule_id, version, scheduled_for));
+             CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';"
+        ))
+        .await
+        .map_err(err)?;
+    let now = jiff::Timestamp::now().as_millisecond();
+    admin
+        .execute(
+            "INSERT INTO ceiling (id, schedule_id, version, scheduled_for, available_at, state)
+             SELECT gen_random_uuid(), $1, 1, $2 - g, $2 - g, 'READY'
+               FROM generate_series(1, $3::int8) AS g",
+            &[&uuid::Uuid::now_v7(), &now, &i64::from(n)],
+        )
+        .await
+        .map_err(err)?;
+    admin.batch_execute("ANALYZE ceiling").await.map_err(err)?;
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let client = connect().await?;
+        client
+            .batch_execute(&format!(
+                "SET search_path = {schema}; SET synchronous_commit = on"
+            ))
+            .await
+            .map_err(err)?;
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("w{w}");
+            let claim = client
+                .prepare(
+                    "UPDATE ceiling SET state = 'RUNNING', owner = $1, epoch = epoch + 1,
+                            lease_until = $2 + 60000
+                      WHERE seq IN (SELECT seq FROM ceiling WHERE state = 'READY'
+                                      AND available_at <= $2 ORDER BY available_at LIMIT $3
+                                      FOR UPDATE SKIP LOCKED)
+                      RETURNING seq, epoch",
+                )
+                .await?;
+            let complete = client
+                .prepare(
+                    "UPDATE ceiling c SET state = 'SUCCEEDED', result = 'true', finished_at = $4
+                       FROM unnest($1::int8[], $2::int8[]) AS u(seq, epoch)
+                      WHERE c.seq = u.seq AND c.epoch = u.epoch AND c.owner = $3
+                        AND c.state = 'RUNNING' AND c.lease_until > $4",
+                )
+                .await?;
+            loop {
+                let rows = client
+                    .query(&claim, &[&worker, &now, &i64::from(batch)])
+                    .await?;
+                if rows.is_empty() {
+                    return Ok::<(), tokio_postgres::Error>(());
+                }
+                let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                let epochs: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+                let n = client
+                    .execute(&complete, &[&seqs, &epochs, &worker, &now])
+                    .await?;
+                done.fetch_add(n, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| BenchError::runtime(format!("ceiling worker: {e}")))?
+            .map_err(err)?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .map_err(err)?;
+    let done = done.load(Ordering::Relaxed);
+    if done != u64::from(n) {
+        return Err(BenchError::runtime(format!(
+            "ceiling completed {done} of {n}"
+        )));
+    }
+    Ok(done as f64 / secs)
+}
