@@ -8,7 +8,8 @@
 //! the owner at the current epoch inside the lease, and commits. What it leaves out is all
 //! Campanile adds: tenants, quotas, overlap policies, attempts history, payloads, the HTTP
 //! layer. On SQLite one connection does both (the file has one writer); on PostgreSQL each
-//! of `--workers` connections loops claim, complete (`FOR UPDATE SKIP LOCKED`).
+//! of `--workers` connections loops claim, complete (`FOR UPDATE SKIP LOCKED`), and the
+//! figure is the better of `--workers` and 2 connections.
 //!
 //! A batch of 1 is the fsync-bound ceiling: commits per second of one-row transactions.
 
@@ -100,7 +101,14 @@ pub(crate) async fn rate(
                 .database
                 .clone()
                 .ok_or_else(|| BenchError::usage("--backend postgres needs --database"))?;
-            postgres(&url, occurrences, batch, workers).await
+            // The best of two connection counts: on 2 cores, 8 connections claiming with
+            // SKIP LOCKED from one index walk past each other's locked and dead entries, and
+            // the raw SQL can go faster with fewer. A ceiling is the best it does.
+            let mut best = postgres(&url, occurrences, batch, workers).await?;
+            if workers > 2 {
+                best = best.max(postgres(&url, occurrences, batch, 2).await?);
+            }
+            Ok(best)
         }
     }
 }
@@ -262,11 +270,13 @@ async fn postgres(url: &str, n: u32, batch: u32, workers: u32) -> Result<f64, Be
             let worker = format!("w{w}");
             let claim = client
                 .prepare(
+                    // The picked rows as an array: `seq IN (subquery)` (or a join with a
+                    // CTE) is planned as a hash join over a scan of the whole table.
                     "UPDATE ceiling SET state = 'RUNNING', owner = $1, epoch = epoch + 1,
                             lease_until = $2 + 60000
-                      WHERE seq IN (SELECT seq FROM ceiling WHERE state = 'READY'
+                      WHERE seq = ANY(ARRAY(SELECT seq FROM ceiling WHERE state = 'READY'
                                       AND available_at <= $2 ORDER BY available_at LIMIT $3
-                                      FOR UPDATE SKIP LOCKED)
+                                      FOR UPDATE SKIP LOCKED))
                       RETURNING seq, epoch",
                 )
                 .await?;
