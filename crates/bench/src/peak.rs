@@ -49,6 +49,39 @@ pub struct PeakArgs {
     separate_claims: bool,
     #[command(flatten)]
     ceiling: crate::ceiling::CeilingFlag,
+    /// A noisy neighbour: a second tenant with 10 schedules due every second and a worker of
+    /// its own, beside the peak; reports its claim and schedule lag before the due instant
+    /// (idle) and during the drain.
+    #[arg(long)]
+    neighbour: bool,
+}
+
+/// The neighbour's samples: (claimed at, claim lag s, schedule lag s).
+type Samples = Arc<Mutex<Vec<(Timestamp, f64, f64)>>>;
+
+/// p50/p99/max of the neighbour's lags in `[from, to)`.
+fn neighbour_phase(
+    samples: &[(Timestamp, f64, f64)],
+    from: Timestamp,
+    to: Timestamp,
+) -> serde_json::Value {
+    let mut claim: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.0 >= from && s.0 < to)
+        .map(|s| s.1)
+        .collect();
+    let mut sched: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.0 >= from && s.0 < to)
+        .map(|s| s.2)
+        .collect();
+    claim.sort_by(f64::total_cmp);
+    sched.sort_by(f64::total_cmp);
+    json!({
+        "claims": claim.len(),
+        "claim_lag_seconds": {"p50": pct(&claim, 0.5), "p99": pct(&claim, 0.99), "max": claim.last().copied().unwrap_or(0.0)},
+        "schedule_lag_seconds": {"p50": pct(&sched, 0.5), "p99": pct(&sched, 0.99), "max": sched.last().copied().unwrap_or(0.0)},
+    })
 }
 
 /// Quantiles of a Prometheus histogram in the text format, summed over its label sets: for
@@ -189,6 +222,48 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         (due.as_millisecond() - seeded_at.as_millisecond()) as f64 / 1000.0
     );
 
+    // The neighbour: its own tenant, key and schedules (every second, from now on).
+    let neighbour = if args.neighbour {
+        let nb = store
+            .tenant_create(TenantCreate {
+                name: "neighbour".into(),
+                now: None,
+            })
+            .await
+            .map_err(err)?
+            .id;
+        let nb_key = issue_key(store.as_ref(), Some(nb), false)
+            .await
+            .map_err(err)?;
+        let anchor = Timestamp::from_second(Timestamp::now().as_second() + 1)
+            .map_err(|e| BenchError::runtime(e.to_string()))?;
+        let every = crate::common::bench_spec(
+            Timing::Every {
+                period: jiff::SignedDuration::from_secs(1),
+                anchor,
+            },
+            "nb",
+        );
+        let items = (0..10)
+            .map(|_| {
+                let id = ScheduleId(uuid::Uuid::now_v7());
+                (id, shard_of(id, shards), Some(anchor))
+            })
+            .collect();
+        store
+            .schedule_create_many(ScheduleCreateMany {
+                tenant: nb,
+                spec: every,
+                items,
+                now: None,
+            })
+            .await
+            .map_err(err)?;
+        Some(nb_key)
+    } else {
+        None
+    };
+
     // The real planner (and sweep), and the real API on a loopback port.
     let mut pcfg = PlannerConfig::new("peak-node");
     pcfg.shards = shards;
@@ -237,6 +312,42 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
             }
         });
     }
+
+    // The neighbour's worker: claims every 50 ms, completes at once, records its lags.
+    let nb_samples: Samples = Arc::default();
+    let nb_task = neighbour.map(|nb_key| {
+        let samples = nb_samples.clone();
+        let url = url.clone();
+        tokio::spawn(async move {
+            let Ok(client) = Client::new(&url, &nb_key) else {
+                return;
+            };
+            loop {
+                if let Ok(got) = client.claim("nb", "neighbour", 50, 60).await
+                    && !got.is_empty()
+                {
+                    {
+                        let mut l = samples.lock().unwrap_or_else(|e| e.into_inner());
+                        for c in &got {
+                            if let (Some(at), Some(avail)) = (c.claimed_at, c.available_at) {
+                                let secs = |a: Timestamp, b: Timestamp| {
+                                    (a.as_millisecond() - b.as_millisecond()).max(0) as f64 / 1000.0
+                                };
+                                l.push((at, secs(at, avail), secs(at, c.scheduled_for)));
+                            }
+                        }
+                    }
+                    let items = got
+                        .iter()
+                        .map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true}))
+                        .collect();
+                    let _ = client.completions("neighbour", items).await;
+                }
+
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        })
+    });
 
     let bar = ProgressBar::new(u64::from(args.schedules));
     bar.set_style(
@@ -345,6 +456,16 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
     }
     let drained_at = Timestamp::now();
     bar.finish_and_clear();
+    if let Some(t) = nb_task {
+        t.abort();
+    }
+    let nb = args.neighbour.then(|| {
+        let samples = nb_samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        json!({
+            "idle": neighbour_phase(&samples, Timestamp::MIN, due),
+            "during_peak": neighbour_phase(&samples, due, drained_at),
+        })
+    });
     // The planner's own schedule-lag histogram (what Prometheus would scrape from this node):
     // p50 and p99 to its buckets' resolution.
     let (lag_count, lag_q) = bucket_quantiles(
@@ -374,6 +495,7 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         Some(crate::ceiling::rate(&args.common, args.schedules, args.batch, args.workers).await?)
     };
     let out = json!({
+        "neighbour": nb,
         "ceiling_occurrences_per_sec": ceiling,
         "ratio_to_ceiling": ceiling.map(|c| rate / c.max(1e-9)),
         "bench": "peak",
