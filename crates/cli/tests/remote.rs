@@ -456,9 +456,9 @@ fn mistakes_exit_2_with_the_nodes_message_and_an_absent_node_exits_1() {
     assert!(message.starts_with("no API key"), "{message}");
     // A URL this client cannot use, a file that is not there or not JSON, flags that
     // conflict (clap: exit 2 too).
-    let tls = format!("schedule list --server https://127.0.0.1:1 --key {}", s.key);
-    let message = refused(&sh_env(&tls, &[]));
-    assert!(message.contains("plain http only"), "{message}");
+    let scheme = format!("schedule list --server ftp://127.0.0.1:1 --key {}", s.key);
+    let message = refused(&sh_env(&scheme, &[]));
+    assert!(message.contains("is not http or https"), "{message}");
     let missing = s.dir.path().join("missing.json");
     let missing = missing.to_str().unwrap();
     assert!(refused(&sh(&s, &format!("schedule create --file {missing}"))).contains(missing));

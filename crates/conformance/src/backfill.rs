@@ -298,5 +298,66 @@ pub fn a_backfill_makes_each_missing_instant_once_at_the_tenant_pace(rt: &Runtim
             matches!(paused, Err(StoreError::WrongState(_))),
             "{paused:?}"
         );
+
+        // After a pause and a resume (a new version), an instant that ran under the old
+        // version is not run again; one the pause retired before it ran is.
+        let d = fixture(s, "delta", "q").await;
+        let ids = insert(
+            s,
+            &d,
+            vec![new_occ(&d, "q", secs(1), 1), new_occ(&d, "q", secs(2), 1)],
+        )
+        .await;
+        let c = claim(s, &d, "q", "w", 1, 30, secs(50)).await;
+        assert_eq!(c[0].id, ids[0]);
+        finish(s, &d, "w", c[0].id, c[0].epoch, ok("1"), secs(51)).await;
+        for (to, at) in [(ScheduleState::Paused, 60), (ScheduleState::Active, 61)] {
+            s.schedule_transition(ScheduleTransition {
+                tenant: d.tenant,
+                id: d.schedule,
+                to,
+                superseded: Superseded::default(),
+                now: Some(secs(at)),
+            })
+            .await
+            .unwrap();
+        }
+        let current = s
+            .schedule_get(ScheduleGet {
+                tenant: d.tenant,
+                id: d.schedule,
+            })
+            .await
+            .unwrap()
+            .unwrap()
+            .version;
+        assert!(current > 1);
+        let after = s
+            .schedule_backfill(ScheduleBackfill {
+                tenant: d.tenant,
+                id: d.schedule,
+                version: current,
+                ..backfill(None, 0, 3, 120)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            after
+                .existing
+                .iter()
+                .map(|o| (o.scheduled_for, o.state, o.version))
+                .collect::<Vec<_>>(),
+            vec![(secs(1), OccurrenceState::Succeeded, 1)],
+            "ran under version 1: listed, not run again"
+        );
+        assert_eq!(
+            after
+                .created
+                .iter()
+                .map(|o| (o.scheduled_for, o.version))
+                .collect::<Vec<_>>(),
+            vec![(secs(2), current)],
+            "retired by the pause before it ran: it runs now, under the current version"
+        );
     });
 }

@@ -6,6 +6,9 @@
 //! CAMPANILE_URL=http://127.0.0.1:7070 CAMPANILE_KEY=cmp_… \
 //!   cargo run -p campanile-sdk --example worker -- emails ./receipts
 //! ```
+//!
+//! An `https://` URL is reached over TLS, trusting the platform's roots and, when
+//! `CAMPANILE_CA` names a PEM file, the CAs in it too.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,7 +26,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key =
         std::env::var("CAMPANILE_KEY").map_err(|_| "set CAMPANILE_KEY to a tenant API key")?;
     let worker_id = format!("example-{}", std::process::id());
-    let client = Client::new(&url, &key)?;
+    let mut client = Client::builder(&url, &key);
+    if let Ok(ca) = std::env::var("CAMPANILE_CA") {
+        client = client.ca_pem(std::fs::read(&ca).map_err(|e| format!("CAMPANILE_CA {ca}: {e}"))?);
+    }
+    let client = client.build()?;
     let worker = Worker::new(client, WorkerConfig::new(queue.clone(), worker_id.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

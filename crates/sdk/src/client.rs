@@ -177,28 +177,124 @@ pub struct Client {
     key: String,
 }
 
+/// How a [`Client`] is set up beyond its base URL and key: made by [`Client::builder`].
+///
+/// An `https://` base URL is reached over TLS (rustls): the server's certificate must chain
+/// to one of the platform's trusted roots (on Linux the system's CA bundle; `SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` name others) or to a CA added with [`ClientBuilder::ca_pem`], such as
+/// the private CA of a proxy in front of the nodes.
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    base_url: String,
+    api_key: String,
+    ca_pem: Vec<Vec<u8>>,
+    timeout: std::time::Duration,
+}
+
+impl ClientBuilder {
+    /// Trusts the CA certificates of a PEM bundle (one or more `BEGIN CERTIFICATE` blocks)
+    /// besides the platform's roots. May be called more than once.
+    #[must_use]
+    pub fn ca_pem(mut self, pem: impl AsRef<[u8]>) -> ClientBuilder {
+        self.ca_pem.push(pem.as_ref().to_vec());
+        self
+    }
+
+    /// How long one request may take, answer included (default 30 s).
+    #[must_use]
+    pub fn timeout(mut self, timeout: std::time::Duration) -> ClientBuilder {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The client.
+    ///
+    /// # Errors
+    ///
+    /// [`SdkError::Config`] for a base URL that is not http(s), or a CA bundle that holds no
+    /// certificate or one that cannot be read.
+    pub fn build(self) -> Result<Client, SdkError> {
+        let base = self.base_url.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(SdkError::Config(format!(
+                "base URL '{}' must start with http:// or https://",
+                self.base_url
+            )));
+        }
+        let mut extra = Vec::new();
+        for pem in &self.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| SdkError::Config(format!("CA bundle: {}", chain(&e))))?;
+            if certs.is_empty() {
+                return Err(SdkError::Config(
+                    "CA bundle: no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into(),
+                ));
+            }
+            extra.extend(certs);
+        }
+        let http = reqwest::Client::builder()
+            .timeout(self.timeout)
+            .tls_certs_merge(extra)
+            .build()
+            .map_err(|e| SdkError::Config(chain(&e)))?;
+        Ok(Client {
+            http,
+            base,
+            key: self.api_key,
+        })
+    }
+}
+
+/// An error with its causes, outermost first: reqwest's own message alone ("error sending
+/// request for url …") leaves out what went wrong (a refused connection, a certificate the
+/// client does not trust).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// A request that got no answer, as [`SdkError::Transport`]; one refused by TLS says what the
+/// client trusts and how to trust more.
+fn transport(e: &reqwest::Error) -> SdkError {
+    let text = chain(e);
+    if e.is_connect() && text.contains("certificate") {
+        return SdkError::Transport(format!(
+            "{text} (TLS: the server's certificate was refused; the client trusts the \
+             platform's roots and the CAs given to ClientBuilder::ca_pem)"
+        ));
+    }
+    SdkError::Transport(text)
+}
+
 impl Client {
-    /// A client for the API at `base_url` (e.g. `http://127.0.0.1:7070`) with a tenant key.
+    /// A client for the API at `base_url` (e.g. `http://127.0.0.1:7070`, or `https://…`
+    /// trusting the platform's roots) with a tenant key; [`Client::builder`] sets more.
     ///
     /// # Errors
     ///
     /// [`SdkError::Config`] for a base URL that is not http(s).
     pub fn new(base_url: &str, api_key: &str) -> Result<Client, SdkError> {
-        let base = base_url.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(SdkError::Config(format!(
-                "base URL '{base_url}' must start with http:// or https://"
-            )));
+        Client::builder(base_url, api_key).build()
+    }
+
+    /// A [`ClientBuilder`] for the API at `base_url` with a tenant key: to trust a private CA
+    /// ([`ClientBuilder::ca_pem`]) or change the request timeout.
+    pub fn builder(base_url: &str, api_key: &str) -> ClientBuilder {
+        ClientBuilder {
+            base_url: base_url.to_string(),
+            api_key: api_key.to_string(),
+            ca_pem: Vec::new(),
+            timeout: std::time::Duration::from_secs(30),
         }
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(30))
-            .build()
-            .map_err(|e| SdkError::Config(e.to_string()))?;
-        Ok(Client {
-            http,
-            base,
-            key: api_key.to_string(),
-        })
     }
 
     async fn send<T: DeserializeOwned>(
@@ -233,15 +329,9 @@ impl Client {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(b);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| SdkError::Transport(e.to_string()))?;
+        let resp = req.send().await.map_err(|e| transport(&e))?;
         let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| SdkError::Transport(e.to_string()))?;
+        let bytes = resp.bytes().await.map_err(|e| transport(&e))?;
         if status.is_success() {
             serde_json::from_slice(&bytes)
                 .map_err(|e| SdkError::Decode(format!("{e}: {}", String::from_utf8_lossy(&bytes))))

@@ -7,6 +7,10 @@
 //! failures, and shuts down gracefully. Handlers receive the occurrence id: use it as the
 //! idempotency key of whatever side effect they have.
 //!
+//! An `https://` base URL is reached over TLS (rustls), trusting the platform's roots;
+//! [`Client::builder`] adds a private CA ([`ClientBuilder::ca_pem`]), such as that of a
+//! TLS-terminating proxy in front of the nodes.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -30,6 +34,8 @@ mod client;
 mod payload;
 mod worker;
 
-pub use client::{ApiErrorBody, ClaimKey, Claimed, Client, Outcome, Renewal, SdkError};
+pub use client::{
+    ApiErrorBody, ClaimKey, Claimed, Client, ClientBuilder, Outcome, Renewal, SdkError,
+};
 pub use payload::Payload;
 pub use worker::{Job, JobError, Worker, WorkerConfig, WorkerReport};

@@ -1,15 +1,13 @@
 //! A past range of a schedule's current version run after the fact: one occurrence per
 //! calendar instant that has none, paced by the tenant's catch-up rate.
 
-use std::collections::HashSet;
-
 use campanile_core::{Overlap, ScheduleId, occurrence_id};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
 use jiff::Timestamp;
 use uuid::Uuid;
 
-use crate::db::{R, execute, pg_err, query, resolve_now, ts};
+use crate::db::{R, execute, pg_err, query, resolve_now, stored_state, ts, u32_of};
 use crate::occurrence::{OCC_COLS, occurrence_row};
 
 pub(crate) async fn schedule_backfill(c: &mut Client, p: ScheduleBackfill) -> R<Backfilled> {
@@ -39,25 +37,33 @@ pub(crate) async fn schedule_backfill(c: &mut Client, p: ScheduleBackfill) -> R<
             current: rec.version,
         });
     }
-    let ms: Vec<i64> = p.instants.iter().map(|t| t.as_millisecond()).collect();
-    // Instants the version already has (whatever their origin): a MISSED one never ran and
-    // runs again; the others are listed, not run again.
-    let found: std::collections::HashMap<i64, bool> = query(
+    // Every version's rows in the range, per instant: what ran (under any version) or what the
+    // current version decided is listed; a MISSED row of the current version runs again; the
+    // rest is made ([`rules::backfill_kind`]).
+    let mut by_at: std::collections::HashMap<
+        i64,
+        Vec<(u32, campanile_core::OccurrenceState, u32)>,
+    > = std::collections::HashMap::new();
+    for r in query(
         &tx,
-        "SELECT scheduled_for, state = 'MISSED' AND attempts = 0 FROM occurrences
-          WHERE schedule_id = $1 AND version = $2 AND scheduled_for = ANY($3)",
-        &[&p.id.0, &(p.version as i32), &ms],
+        "SELECT scheduled_for, version, state, attempts FROM occurrences
+          WHERE schedule_id = $1 AND scheduled_for >= $2 AND scheduled_for < $3",
+        &[&p.id.0, &p.from.as_millisecond(), &p.to.as_millisecond()],
     )
     .await?
-    .iter()
-    .map(|r| (r.get::<_, i64>(0), r.get::<_, bool>(1)))
-    .collect();
+    {
+        by_at.entry(r.get::<_, i64>(0)).or_default().push((
+            u32_of(r.get(1)),
+            stored_state(r.get::<_, &str>(2))?,
+            u32_of(r.get(3)),
+        ));
+    }
     let (mut wanted, mut rerun, mut existing) = (Vec::new(), Vec::new(), Vec::new());
-    for t in &ms {
-        match found.get(t) {
-            None => wanted.push(*t),
-            Some(true) => rerun.push(*t),
-            Some(false) => existing.push(*t),
+    for t in p.instants.iter().map(|t| t.as_millisecond()) {
+        match rules::backfill_kind(p.version, by_at.remove(&t).unwrap_or_default()) {
+            rules::BackfillKind::Create => wanted.push(t),
+            rules::BackfillKind::Rerun => rerun.push(t),
+            rules::BackfillKind::Existing => existing.push(t),
         }
     }
     // One pace for both, oldest instant first.
@@ -85,34 +91,45 @@ pub(crate) async fn schedule_backfill(c: &mut Client, p: ScheduleBackfill) -> R<
         }
     }
     crate::occurrence::insert_occurrences(&tx, p.tenant, &items, now).await?;
-    // Only the rows this transaction inserted (`xmin` is its id, modulo the epoch): an instant
-    // a lagging planner inserted meanwhile is left as the planner's.
+    // Only the rows this transaction inserted (`xmin` is its id, modulo the epoch; no
+    // savepoint is open on this path): an instant a lagging planner inserted meanwhile is
+    // left as the planner's, and the answer says what was made, not what was meant.
     let ids: Vec<Uuid> = items
         .iter()
         .map(|o| occurrence_id(p.id, rec.version, o.scheduled_for).0)
         .collect();
-    execute(
+    let made: std::collections::HashSet<i64> = query(
         &tx,
         "UPDATE occurrences SET origin = 'backfill'
-          WHERE id = ANY($1) AND xmin::text::int8 = (txid_current() & 4294967295)",
+          WHERE id = ANY($1) AND xmin::text::int8 = (txid_current() & 4294967295)
+          RETURNING scheduled_for",
         &[&ids],
     )
-    .await?;
+    .await?
+    .iter()
+    .map(|r| r.get::<_, i64>(0))
+    .collect();
+    let mut again: std::collections::HashSet<i64> = std::collections::HashSet::new();
     if !again_ids.is_empty() {
         let overlap = p.overlap.map(Overlap::code);
-        execute(
+        let flipped = query(
             &tx,
             "UPDATE occurrences o
                 SET state = 'READY', available_at = u.at, finished_at = NULL, origin = 'backfill',
                     overlap = COALESCE($3, o.overlap),
                     due_at = CASE WHEN COALESCE($3, o.overlap) <> 0 THEN u.at END
                FROM unnest($1::uuid[], $2::int8[]) AS u(id, at)
-              WHERE o.id = u.id AND o.state = 'MISSED' AND o.attempts = 0",
+              WHERE o.id = u.id AND o.state = 'MISSED' AND o.attempts = 0
+              RETURNING o.id, o.scheduled_for, u.at",
             &[&again_ids, &again_at, &overlap],
         )
         .await?;
-        // An externally targeted occurrence goes to the relay: its outbox row (re)opens.
-        if campanile_core::is_reserved_queue(&rec.spec.queue) {
+        // An externally targeted occurrence goes to the relay: its outbox row (re)opens, for
+        // the rows actually made READY again.
+        let ids: Vec<Uuid> = flipped.iter().map(|r| r.get(0)).collect();
+        let at: Vec<i64> = flipped.iter().map(|r| r.get(2)).collect();
+        again = flipped.iter().map(|r| r.get::<_, i64>(1)).collect();
+        if campanile_core::is_reserved_queue(&rec.spec.queue) && !ids.is_empty() {
             execute(
                 &tx,
                 "INSERT INTO outbox (tenant_id, occurrence_id, target, created_at, available_at)
@@ -120,11 +137,18 @@ pub(crate) async fn schedule_backfill(c: &mut Client, p: ScheduleBackfill) -> R<
                  ON CONFLICT (occurrence_id) DO UPDATE
                     SET settled_at = NULL, outcome = NULL, delivered_at = NULL,
                         available_at = EXCLUDED.available_at",
-                &[&p.tenant.0, &again_ids, &rec.spec.queue, &now, &again_at],
+                &[&p.tenant.0, &ids, &rec.spec.queue, &now, &at],
             )
             .await?;
         }
     }
+    // What a concurrent writer took first (a lagging planner's row, a rerun another backfill
+    // made) is found, not made.
+    existing.extend(wanted.iter().filter(|t| !made.contains(t)));
+    existing.extend(rerun.iter().filter(|t| !again.contains(t)));
+    existing.sort_unstable();
+    wanted.retain(|t| made.contains(t));
+    rerun.retain(|t| again.contains(t));
     let id = Uuid::now_v7();
     let inserted = execute(
         &tx,
@@ -223,42 +247,34 @@ async fn answer<C: GenericClient>(
         c,
         &format!(
             "SELECT {OCC_COLS}, origin FROM occurrences
-              WHERE schedule_id = $1 AND version = $2 AND tenant_id = $3
-                AND scheduled_for >= $4 AND scheduled_for < $5
-              ORDER BY scheduled_for"
+              WHERE schedule_id = $1 AND tenant_id = $2
+                AND scheduled_for >= $3 AND scheduled_for < $4
+              ORDER BY scheduled_for, version DESC"
         ),
         &[
             &schedule.0,
-            &(version as i32),
             &tenant.0,
             &from.as_millisecond(),
             &to.as_millisecond(),
         ],
     )
     .await?;
-    let set = |v: &[i64]| v.iter().copied().collect::<HashSet<_>>();
-    let (made, again, found) = (set(created), set(rerun), set(existing));
-    let mut out = Backfilled {
+    let all = rows
+        .iter()
+        .map(|r| occurrence_row(r, now).map(|(_, o)| o))
+        .collect::<R<Vec<_>>>()?;
+    let stamps = |v: &[i64]| v.iter().map(|t| ts(*t)).collect::<R<Vec<_>>>();
+    let (c_, r_, e_) = (stamps(created)?, stamps(rerun)?, stamps(existing)?);
+    let (created, rerun, existing) = rules::backfill_answer(version, all, [&c_, &r_, &e_]);
+    Ok(Backfilled {
         backfill_id: id,
         version,
         from,
         to,
         instants: instants as u32,
-        created: Vec::new(),
-        rerun: Vec::new(),
-        existing: Vec::new(),
+        created,
+        rerun,
+        existing,
         replayed,
-    };
-    for r in &rows {
-        let (_, o) = occurrence_row(r, now)?;
-        let at = o.scheduled_for.as_millisecond();
-        if made.contains(&at) {
-            out.created.push(o);
-        } else if again.contains(&at) {
-            out.rerun.push(o);
-        } else if found.contains(&at) {
-            out.existing.push(o);
-        }
-    }
-    Ok(out)
+    })
 }

@@ -1,7 +1,7 @@
 //! A past range of a schedule's current version run after the fact: one occurrence per
 //! calendar instant that has none, paced by the tenant's catch-up rate.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use campanile_core::{Overlap, ScheduleId, occurrence_id};
 use campanile_store::*;
@@ -26,26 +26,46 @@ pub(crate) fn schedule_backfill(c: &Connection, p: &ScheduleBackfill, now: i64) 
             current: rec.version,
         });
     }
-    // Instants the version already has (whatever their origin): a MISSED one never ran and
-    // runs again; the others are listed, not run again.
-    let mut has = c
-        .prepare_cached(
-            "SELECT state = 'MISSED' AND attempts = 0 FROM occurrences
-              WHERE scheduled_for = ?1 AND schedule_id = ?2 AND version = ?3",
-        )
-        .map_err(db_err)?;
+    // Every version's rows in the range, per instant: what ran (under any version) or what the
+    // current version decided is listed; a MISSED row of the current version runs again; the
+    // rest is made ([`rules::backfill_kind`]).
+    let mut by_at: HashMap<i64, Vec<(u32, campanile_core::OccurrenceState, u32)>> = HashMap::new();
+    {
+        let mut s = c
+            .prepare_cached(
+                "SELECT scheduled_for, version, state, attempts FROM occurrences
+                  WHERE schedule_id = ?1 AND scheduled_for >= ?2 AND scheduled_for < ?3",
+            )
+            .map_err(db_err)?;
+        let rows = s
+            .query_map(
+                params![p.id.0, p.from.as_millisecond(), p.to.as_millisecond()],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, u32>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, u32>(3)?,
+                    ))
+                },
+            )
+            .map_err(db_err)?;
+        for row in rows {
+            let (at, version, state, attempts) = row.map_err(db_err)?;
+            by_at.entry(at).or_default().push((
+                version,
+                crate::db::stored_state(&state)?,
+                attempts,
+            ));
+        }
+    }
     let (mut wanted, mut rerun, mut existing) = (Vec::new(), Vec::new(), Vec::new());
     for at in &p.instants {
-        let found: Option<bool> = has
-            .query_row(params![at.as_millisecond(), p.id.0, p.version], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(db_err)?;
-        match found {
-            None => wanted.push(*at),
-            Some(true) => rerun.push(*at),
-            Some(false) => existing.push(*at),
+        let rows = by_at.remove(&at.as_millisecond()).unwrap_or_default();
+        match rules::backfill_kind(p.version, rows) {
+            rules::BackfillKind::Create => wanted.push(*at),
+            rules::BackfillKind::Rerun => rerun.push(*at),
+            rules::BackfillKind::Existing => existing.push(*at),
         }
     }
     // One pace for both, oldest instant first.
@@ -178,7 +198,8 @@ fn by_key(c: &Connection, p: &ScheduleBackfill, key: &str, now: i64) -> R<Option
     .map(Some)
 }
 
-/// The answer: the occurrences of the range, sorted into what was made, run again and found.
+/// The answer: the occurrences of the range, sorted into what was made, run again and found
+/// (for an instant found, the latest version's row that ran, or the current version's).
 fn answer(
     c: &Connection,
     (tenant, schedule, version, id): (TenantId, ScheduleId, u32, Uuid),
@@ -191,15 +212,14 @@ fn answer(
     let rows = c
         .prepare_cached(&format!(
             "SELECT {OCC_COLS}, origin FROM occurrences
-              WHERE schedule_id = ?1 AND version = ?2 AND tenant_id = ?3
-                AND scheduled_for >= ?4 AND scheduled_for < ?5
-              ORDER BY scheduled_for"
+              WHERE schedule_id = ?1 AND tenant_id = ?2
+                AND scheduled_for >= ?3 AND scheduled_for < ?4
+              ORDER BY scheduled_for, version DESC"
         ))
         .and_then(|mut s| {
             s.query_map(
                 params![
                     schedule.0,
-                    version,
                     tenant.0,
                     from.as_millisecond(),
                     to.as_millisecond()
@@ -209,30 +229,23 @@ fn answer(
             .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db_err)?;
-    let set = |v: &[jiff::Timestamp]| v.iter().copied().collect::<HashSet<_>>();
-    let (made, again, found) = (set(created), set(rerun), set(existing));
-    let mut out = Backfilled {
+    let mut all = Vec::with_capacity(rows.len());
+    for row in rows {
+        all.push(row?.1);
+    }
+    let (created, rerun, existing) =
+        rules::backfill_answer(version, all, [created, rerun, existing]);
+    Ok(Backfilled {
         backfill_id: id,
         version,
         from,
         to,
         instants: instants as u32,
-        created: Vec::new(),
-        rerun: Vec::new(),
-        existing: Vec::new(),
+        created,
+        rerun,
+        existing,
         replayed,
-    };
-    for row in rows {
-        let (_, o) = row?;
-        if made.contains(&o.scheduled_for) {
-            out.created.push(o);
-        } else if again.contains(&o.scheduled_for) {
-            out.rerun.push(o);
-        } else if found.contains(&o.scheduled_for) {
-            out.existing.push(o);
-        }
-    }
-    Ok(out)
+    })
 }
 
 fn pack(instants: &[jiff::Timestamp]) -> Vec<u8> {

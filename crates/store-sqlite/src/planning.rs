@@ -292,16 +292,20 @@ pub(crate) fn outage_check(c: &Connection, p: &ShardAcquire, now: i64) -> R<Resu
         ..Resumed::default()
     };
     // Never claimed, and claimable only from inside the outage. Each half names its partial
-    // index's condition so that the scan is of pending rows, not of the history.
+    // index's condition so that the scan is of pending rows, not of the history. Runs an
+    // operator asked for (triggered, backfilled: `origin` set) are late on purpose and not
+    // judged by the misfire policy.
     let rows: Vec<(Uuid, u32, i64, i64)> = c
         .prepare_cached(
             "SELECT schedule_id, version, scheduled_for, tenant_id FROM occurrences
               WHERE state IN ('READY', 'RETRY_WAIT') AND overlap = 0
                 AND state = 'READY' AND attempts = 0 AND available_at >= ?1 AND available_at < ?2
+                AND origin IS NULL
              UNION ALL
              SELECT schedule_id, version, scheduled_for, tenant_id FROM occurrences
               WHERE state IN ('READY', 'RETRY_WAIT') AND overlap <> 0
                 AND state = 'READY' AND attempts = 0 AND available_at >= ?1 AND available_at < ?2
+                AND origin IS NULL
              ORDER BY 1, 2, 3",
         )
         .and_then(|mut s| {

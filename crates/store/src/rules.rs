@@ -61,6 +61,83 @@ pub fn check_backfill(p: &crate::ScheduleBackfill, now: jiff::Timestamp) -> Resu
     Ok(())
 }
 
+/// What a backfill does with one instant, given the schedule's rows at that instant under
+/// every version (`(version, state, attempts)`; `current` is the version backfilled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackfillKind {
+    /// No row of the current version, and none that ever ran: a new occurrence.
+    Create,
+    /// The current version's row was recorded `MISSED` and never ran: it runs, under its id.
+    Rerun,
+    /// It ran (under any version), runs, waits, or the current version decided it otherwise
+    /// (canceled by an operator, skipped by the overlap policy): listed, never run twice.
+    Existing,
+}
+
+/// Decides one instant of a backfill (see [`BackfillKind`]). Rows of older versions that never
+/// ran (canceled by the change that retired them, missed) do not stand in the way: the
+/// instant runs under the current version.
+pub fn backfill_kind(
+    current: u32,
+    rows: impl IntoIterator<Item = (u32, campanile_core::OccurrenceState, u32)>,
+) -> BackfillKind {
+    use campanile_core::OccurrenceState as S;
+    let mut kind = BackfillKind::Create;
+    for (version, state, attempts) in rows {
+        if attempts > 0 {
+            return BackfillKind::Existing;
+        }
+        if version == current {
+            kind = match state {
+                S::Missed => BackfillKind::Rerun,
+                _ => return BackfillKind::Existing,
+            };
+        }
+    }
+    kind
+}
+
+/// Sorts a backfill's range rows (every version, ordered by instant then version, latest
+/// first) into what it made and ran again (the current version's row) and what it found
+/// (the latest row that ran, else the current version's).
+pub fn backfill_answer(
+    current: u32,
+    rows: Vec<crate::Occurrence>,
+    [created, rerun, existing]: [&[jiff::Timestamp]; 3],
+) -> (
+    Vec<crate::Occurrence>,
+    Vec<crate::Occurrence>,
+    Vec<crate::Occurrence>,
+) {
+    use std::collections::{BTreeMap, HashSet};
+    let set = |v: &[jiff::Timestamp]| v.iter().copied().collect::<HashSet<_>>();
+    let (made, again, found) = (set(created), set(rerun), set(existing));
+    let mut by_at: BTreeMap<jiff::Timestamp, Vec<crate::Occurrence>> = BTreeMap::new();
+    for o in rows {
+        by_at.entry(o.scheduled_for).or_default().push(o);
+    }
+    let (mut c, mut r, mut e) = (Vec::new(), Vec::new(), Vec::new());
+    for (at, mut rows) in by_at {
+        let current_row = rows.iter().position(|o| o.version == current);
+        if made.contains(&at) || again.contains(&at) {
+            if let Some(i) = current_row {
+                let o = rows.swap_remove(i);
+                if made.contains(&at) {
+                    c.push(o)
+                } else {
+                    r.push(o)
+                }
+            }
+        } else if found.contains(&at) {
+            let ran = rows.iter().position(|o| o.attempts > 0);
+            if let Some(i) = ran.or(current_row) {
+                e.push(rows.swap_remove(i));
+            }
+        }
+    }
+    (c, r, e)
+}
+
 /// A backfill's `Idempotency-Key` sent again with another range or overlap policy.
 pub fn backfill_key_reused() -> StoreError {
     invalid(
@@ -192,6 +269,31 @@ pub fn trigger_collides() -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backfill_runs_what_never_ran_and_nothing_twice() {
+        use BackfillKind::*;
+        use campanile_core::OccurrenceState as S;
+        assert_eq!(backfill_kind(4, []), Create);
+        // Ran under an older version (a pause or an update since): never again.
+        assert_eq!(backfill_kind(4, [(3, S::Succeeded, 1)]), Existing);
+        assert_eq!(backfill_kind(4, [(3, S::Dead, 3)]), Existing);
+        // Retired by a change before it ran, then missed under the new version: it runs.
+        assert_eq!(
+            backfill_kind(4, [(3, S::Canceled, 0), (4, S::Missed, 0)]),
+            Rerun
+        );
+        assert_eq!(backfill_kind(4, [(3, S::Canceled, 0)]), Create);
+        assert_eq!(backfill_kind(4, [(3, S::Missed, 0)]), Create);
+        // The current version's own decisions stand.
+        assert_eq!(backfill_kind(4, [(4, S::Ready, 0)]), Existing);
+        assert_eq!(backfill_kind(4, [(4, S::Canceled, 0)]), Existing);
+        assert_eq!(backfill_kind(4, [(4, S::SkippedOverlap, 0)]), Existing);
+        assert_eq!(
+            backfill_kind(4, [(4, S::Missed, 0), (3, S::Succeeded, 1)]),
+            Existing
+        );
+    }
 
     #[test]
     fn leases_are_positive_and_at_most_a_day() {

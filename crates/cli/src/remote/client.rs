@@ -20,7 +20,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// after the subcommand).
 #[derive(Debug, Args)]
 pub(crate) struct Connection {
-    /// The node's base URL (plain http: this client has no TLS).
+    /// The node's base URL (http, or https trusted by the platform's roots).
     #[arg(
         long,
         global = true,
@@ -129,16 +129,11 @@ impl Remote {
             ))
         })?;
         match base.scheme() {
-            "http" => {}
-            "https" => {
-                return Err(CliError::usage(format!(
-                    "--server '{shown}': this client speaks plain http only (no TLS); reach \
-                     the node through http:// or a local tunnel"
-                )));
-            }
+            // https: a node behind a TLS-terminating proxy, trusted by the platform's roots.
+            "http" | "https" => {}
             other => {
                 return Err(CliError::usage(format!(
-                    "--server '{shown}': scheme '{other}' is not http"
+                    "--server '{shown}': scheme '{other}' is not http or https"
                 )));
             }
         }

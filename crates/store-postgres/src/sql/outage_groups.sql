@@ -3,7 +3,9 @@
 WITH c AS (
             SELECT schedule_id, version, scheduled_for, tenant_id FROM occurrences
              WHERE state IN ('READY', 'RETRY_WAIT') AND state = 'READY' AND attempts = 0
-               AND available_at >= $1 AND available_at < $2)
+               AND available_at >= $1 AND available_at < $2
+               -- Runs an operator asked for (triggered, backfilled) are late on purpose.
+               AND origin IS NULL)
          SELECT c.schedule_id, c.version, array_agg(c.scheduled_for ORDER BY c.scheduled_for),
                 (SELECT max(o.scheduled_for) FROM occurrences o
                   WHERE o.schedule_id = c.schedule_id AND o.version = c.version),
