@@ -119,10 +119,12 @@ fn page<S: Serialize>(status: StatusCode, template: &str, ctx: S) -> Response {
             // The console is never framed (clickjacking) and runs only its own script.
             [
                 (header::X_FRAME_OPTIONS, "DENY"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
                 (
                     header::CONTENT_SECURITY_POLICY,
                     "default-src 'self'; img-src 'self' data:; style-src 'self'; \
-                     script-src 'self'; form-action 'self'; frame-ancestors 'none'",
+                     script-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+                     base-uri 'none'",
                 ),
             ],
             html,
@@ -162,6 +164,8 @@ fn set_cookie(name: &str, value: &str, max_age_secs: i64) -> HeaderValue {
 pub(crate) struct Signed {
     /// The key's tenant (`None`: an admin key).
     pub(crate) tenant: Option<TenantId>,
+    /// Whether the key manages tenants (the API's `is_admin`).
+    pub(crate) admin: bool,
     /// The session's CSRF token, which every form that acts carries.
     pub(crate) csrf: String,
     /// What the header shows: the key's prefix and tenant.
@@ -170,7 +174,7 @@ pub(crate) struct Signed {
 
 impl Signed {
     pub(crate) fn is_admin(&self) -> bool {
-        self.tenant.is_none()
+        self.admin
     }
 }
 
@@ -195,13 +199,18 @@ impl FromRequestParts<AppState> for Signed {
         match crate::auth::find_by_hash(state, session.key_hash.clone()).await {
             Ok(_) => Ok(Signed {
                 tenant: session.tenant,
+                admin: session.admin,
                 csrf: session.csrf.clone(),
                 label: session.label.clone(),
             }),
-            Err(_) => {
+            // Revoked (or gone): the session ends.
+            Err(e) if e.status() == StatusCode::UNAUTHORIZED => {
                 state.sessions.remove(&token);
                 Err(SignIn)
             }
+            // The database is away for a moment: the session stays; this page cannot be
+            // shown (the sign-in page says nothing is wrong with the key).
+            Err(_) => Err(SignIn),
         }
     }
 }

@@ -174,7 +174,9 @@ pub(crate) async fn login(
             .unwrap_or_else(|| format!("tenant {}", t.0)),
     };
     let label = format!("{tenant_name} ({}…)", record.prefix);
-    let token = state.sessions.create(hash, record.tenant, label);
+    let token = state
+        .sessions
+        .create(hash, record.tenant, record.is_admin, label);
     let mut r = Redirect::to("/ui/").into_response();
     let max_age = super::sessions::ABSOLUTE.as_secs();
     r.headers_mut()
@@ -278,23 +280,27 @@ pub(crate) async fn overview(
         })
         .collect();
     let finished_total: u64 = o.finished.iter().map(|(_, n)| n).sum();
-    let holders: Vec<Value> = o
-        .nodes
-        .iter()
-        .map(|(node, until)| {
-            let held: Vec<i32> = o
-                .shards
-                .iter()
-                .filter(|h| {
-                    h.owner.as_deref() == Some(node.as_str())
-                        && h.lease_until.is_some_and(|t| t > now)
-                })
-                .map(|h| h.shard)
-                .collect();
-            json!({"node": node, "alive_until": until.to_string(), "alive": *until > now,
+    // Node names and who holds which shard are the deployment's: shown to admin keys.
+    let holders: Vec<Value> = if !s.is_admin() {
+        Vec::new()
+    } else {
+        o.nodes
+            .iter()
+            .map(|(node, until)| {
+                let held: Vec<i32> = o
+                    .shards
+                    .iter()
+                    .filter(|h| {
+                        h.owner.as_deref() == Some(node.as_str())
+                            && h.lease_until.is_some_and(|t| t > now)
+                    })
+                    .map(|h| h.shard)
+                    .collect();
+                json!({"node": node, "alive_until": until.to_string(), "alive": *until > now,
                    "shards": held})
-        })
-        .collect();
+            })
+            .collect()
+    };
     let unheld = o
         .shards
         .iter()

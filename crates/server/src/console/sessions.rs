@@ -18,6 +18,9 @@ pub(crate) const IDLE: SignedDuration = SignedDuration::from_hours(8);
 pub(crate) const ABSOLUTE: SignedDuration = SignedDuration::from_hours(24);
 /// Most sessions a node keeps.
 pub(crate) const MAX_SESSIONS: usize = 10_000;
+/// Most sessions one key keeps: signing in again and again with one key drops that key's
+/// oldest sessions, never another key's.
+pub(crate) const MAX_PER_KEY: usize = 50;
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]
@@ -26,6 +29,8 @@ pub(crate) struct Session {
     pub(crate) key_hash: Vec<u8>,
     /// The key's tenant (`None`: admin).
     pub(crate) tenant: Option<TenantId>,
+    /// Whether the key manages tenants.
+    pub(crate) admin: bool,
     /// The token its forms carry.
     pub(crate) csrf: String,
     /// What the page header shows.
@@ -76,12 +81,23 @@ impl Sessions {
         &self,
         key_hash: Vec<u8>,
         tenant: Option<TenantId>,
+        admin: bool,
         label: String,
     ) -> String {
         let now = self.clock.now();
         let token = token();
         let mut map = self.map();
         map.retain(|_, s| live(s, now));
+        let mine = map.values().filter(|s| s.key_hash == key_hash).count();
+        if mine >= MAX_PER_KEY
+            && let Some(oldest) = map
+                .iter()
+                .filter(|(_, s)| s.key_hash == key_hash)
+                .min_by_key(|(_, s)| s.seen)
+                .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
         if map.len() >= MAX_SESSIONS
             && let Some(oldest) = map
                 .iter()
@@ -95,6 +111,7 @@ impl Sessions {
             Session {
                 key_hash,
                 tenant,
+                admin,
                 csrf: self::token(),
                 label,
                 created: now,
@@ -145,7 +162,7 @@ mod tests {
     fn sessions_end_when_idle_or_old_and_stay_bounded() {
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
         let s = Sessions::new(clock.clone());
-        let a = s.create(vec![1], None, "a".into());
+        let a = s.create(vec![1], None, true, "a".into());
         assert!(s.get(&a).is_some());
         assert!(s.get("not-a-token").is_none());
         clock.advance(SignedDuration::from_hours(7));
@@ -154,14 +171,22 @@ mod tests {
         assert!(s.get(&a).is_some(), "used again");
         clock.advance(SignedDuration::from_hours(11));
         assert!(s.get(&a).is_none(), "past the absolute limit");
-        let b = s.create(vec![2], None, "b".into());
+        let b = s.create(vec![2], None, true, "b".into());
         clock.advance(SignedDuration::from_hours(9));
         assert!(s.get(&b).is_none(), "idle too long");
+        // One key signing in again and again keeps its latest MAX_PER_KEY sessions and
+        // drops no other key's.
+        let other = s.create(vec![9], None, false, "other".into());
+        for i in 0..MAX_PER_KEY + 5 {
+            s.create(vec![3], None, false, format!("{i}"));
+        }
+        assert_eq!(s.len(), MAX_PER_KEY + 1);
+        assert!(s.get(&other).is_some());
         for i in 0..MAX_SESSIONS + 5 {
-            s.create(vec![3], None, format!("{i}"));
+            s.create(i.to_le_bytes().to_vec(), None, false, format!("{i}"));
         }
         assert_eq!(s.len(), MAX_SESSIONS);
-        let c = s.create(vec![4], None, "c".into());
+        let c = s.create(vec![4], None, false, "c".into());
         s.remove(&c);
         assert!(s.get(&c).is_none());
     }
