@@ -474,3 +474,44 @@ pub fn a_claim_that_waited_while_every_mark_lapsed_takes_nothing<F, Fut, G, W, W
         assert_eq!(state_at(s, &f, ids[0], after).await, OccurrenceState::Ready);
     });
 }
+
+/// Runs an operator asked for — triggered now, or backfilled and paced late — are late on
+/// purpose: an outage check does not judge them by the misfire policy, and they still run.
+pub fn an_outage_check_leaves_operators_runs_alone(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let judge = Arc::new(Recorder::default());
+        assert_eq!(resume(s, "a", &judge, secs(0)).await, Resumed::default());
+        let f = fixture(s, "acme", "q").await;
+        // A planned run and a backfilled one, both claimable from inside the coming outage.
+        let planned = insert(s, &f, vec![new_occ(&f, "q", secs(120), 3)]).await;
+        let done = s
+            .schedule_backfill(ScheduleBackfill {
+                tenant: f.tenant,
+                id: f.schedule,
+                version: 1,
+                from: secs(1),
+                to: secs(3),
+                instants: vec![secs(1), secs(2)],
+                overlap: None,
+                key: None,
+                // Asked for while the nodes are down: available from 130, inside the outage.
+                now: Some(secs(130)),
+            })
+            .await
+            .unwrap();
+        assert_eq!(done.created.len(), 2);
+        // Node a is last seen alive at 100 (its mark ends at 115); back at 400.
+        resume(s, "a", &judge, secs(100)).await;
+        let r = resume(s, "a", &judge, secs(400)).await;
+        assert_eq!(
+            (r.examined, r.missed),
+            (1, 1),
+            "only the planned run is judged"
+        );
+        assert_eq!(state(s, &f, planned[0]).await, OccurrenceState::Missed);
+        for o in &done.created {
+            assert_eq!(state(s, &f, o.id).await, OccurrenceState::Ready);
+        }
+    });
+}
