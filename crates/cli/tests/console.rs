@@ -11,13 +11,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use campanile_sdk::Client;
-use common::{free_port, wait_for};
+use common::free_port;
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
 
@@ -125,31 +124,9 @@ async fn the_console_in_a_real_browser() {
         return;
     };
     // The node.
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("console.db");
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database",
-        ])
-        .arg(&db)
-        .env("CAMPANILE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _node = Kill(child);
-    let key = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
-        .expect("the first start prints the default tenant's key");
-    wait_for(port, "/readyz", 200);
-    let base = format!("http://127.0.0.1:{port}");
+    let node = common::Node::start("console.db");
+    let (key, db) = (node.key.clone(), node.db.clone());
+    let base = node.url.clone();
     // Another tenant, with a key of its own.
     let cli = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_campanile"))

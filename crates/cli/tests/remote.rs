@@ -6,58 +6,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{free_port, wait_for};
+use common::free_port;
 use serde_json::{Value, json};
 
-struct Server {
-    child: Child,
-    url: String,
-    key: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Server = common::Node;
 
 /// `campanile serve` on a database of its own and a free port; its first start prints the
 /// default tenant's key.
 fn start_server() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_campanile"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database",
-        ])
-        .arg(dir.path().join("remote.db"))
-        .env("CAMPANILE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let key = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
-        .expect("the first start prints the default tenant's key");
-    wait_for(port, "/readyz", 200);
-    Server {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        key,
-        dir,
-    }
+    common::Node::start("remote.db")
 }
 
 /// The binary with `args`, none of the connection variables of the caller's environment,

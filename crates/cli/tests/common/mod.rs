@@ -109,3 +109,62 @@ fn dechunk(mut rest: &str) -> Option<String> {
         rest = after.get(size + 2..)?;
     }
 }
+
+/// The default tenant's key, read from a first start's stdout (printed once, `cmp_…`).
+pub(crate) fn first_key(stdout: std::process::ChildStdout) -> String {
+    use std::io::BufRead;
+    std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.trim().strip_prefix("cmp_").map(|k| format!("cmp_{k}")))
+        .expect("the first start prints the default tenant's key")
+}
+
+/// `campanile serve` on a SQLite database of its own (`dir/db_name`) and a free port, ready;
+/// killed when dropped.
+pub(crate) struct Node {
+    pub(crate) child: std::process::Child,
+    pub(crate) port: u16,
+    pub(crate) url: String,
+    pub(crate) key: String,
+    pub(crate) db: std::path::PathBuf,
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub(crate) fn start(db_name: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join(db_name);
+        let port = free_port();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_campanile"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--database",
+            ])
+            .arg(&db)
+            .env("CAMPANILE_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let key = first_key(child.stdout.take().unwrap());
+        wait_for(port, "/readyz", 200);
+        Node {
+            child,
+            port,
+            url: format!("http://127.0.0.1:{port}"),
+            key,
+            db,
+            dir,
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
