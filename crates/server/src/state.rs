@@ -62,8 +62,8 @@ pub struct AppState {
     /// Largest accepted request body: the largest payload an answer can carry.
     pub(crate) max_body_bytes: usize,
     pub(crate) metrics: PrometheusHandle,
-    /// The console's signed-in sessions.
-    pub(crate) sessions: Arc<crate::console::Sessions>,
+    /// The console's signed-in logins.
+    pub(crate) logins: Arc<crate::console::Logins>,
 }
 
 impl AppState {
@@ -92,7 +92,7 @@ impl AppState {
                 Arc::new(campanile_core::SystemClock),
             )),
             metrics: metrics_handle(),
-            sessions: Arc::new(crate::console::Sessions::new(Arc::new(
+            logins: Arc::new(crate::console::Logins::new(Arc::new(
                 campanile_core::SystemClock,
             ))),
         }
@@ -102,7 +102,7 @@ impl AppState {
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn campanile_core::Clock>) -> AppState {
         self.keys = Arc::new(self.keys.with_clock(clock.clone()));
-        self.sessions = Arc::new(crate::console::Sessions::new(clock));
+        self.logins = Arc::new(crate::console::Logins::new(clock));
         self
     }
 }

@@ -1,7 +1,7 @@
-//! The console's sessions, kept by the node in memory: a random token (the cookie) names one;
-//! the node keeps its SHA-256 only. Bounded: an idle session ends after [`IDLE`], any after
-//! [`ABSOLUTE`], and past [`MAX_SESSIONS`] the least recently used is dropped. A node that
-//! restarts forgets its sessions (operators sign in again); behind a load balancer, the
+//! The console's logins, kept by the node in memory: a random token (the cookie) names one;
+//! the node keeps its SHA-256 only. Bounded: an idle login ends after [`IDLE`], any after
+//! [`ABSOLUTE`], and past [`MAX_LOGINS`] the least recently used is dropped. A node that
+//! restarts forgets its logins (operators sign in again); behind a load balancer, the
 //! console needs requests of one browser sent to one node.
 
 use std::collections::HashMap;
@@ -12,19 +12,19 @@ use campanile_store::TenantId;
 use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest, Sha256};
 
-/// An unused session ends after this long.
+/// An unused login ends after this long.
 pub(crate) const IDLE: SignedDuration = SignedDuration::from_hours(8);
-/// Any session ends after this long.
+/// Any login ends after this long.
 pub(crate) const ABSOLUTE: SignedDuration = SignedDuration::from_hours(24);
-/// Most sessions a node keeps.
-pub(crate) const MAX_SESSIONS: usize = 10_000;
-/// Most sessions one key keeps: signing in again and again with one key drops that key's
-/// oldest sessions, never another key's.
+/// Most logins a node keeps.
+pub(crate) const MAX_LOGINS: usize = 10_000;
+/// Most logins one key keeps: signing in again and again with one key drops that key's
+/// oldest logins, never another key's.
 pub(crate) const MAX_PER_KEY: usize = 50;
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]
-pub(crate) struct Session {
+pub(crate) struct Login {
     /// The hash of the API key it signed in with (checked again on every request).
     pub(crate) key_hash: Vec<u8>,
     /// The key's tenant (`None`: admin).
@@ -39,15 +39,15 @@ pub(crate) struct Session {
     seen: Timestamp,
 }
 
-/// The node's sessions.
-pub(crate) struct Sessions {
-    inner: Mutex<HashMap<Vec<u8>, Session>>,
+/// The node's logins.
+pub(crate) struct Logins {
+    inner: Mutex<HashMap<Vec<u8>, Login>>,
     clock: Arc<dyn Clock>,
 }
 
-impl std::fmt::Debug for Sessions {
+impl std::fmt::Debug for Logins {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions").finish_non_exhaustive()
+        f.debug_struct("Logins").finish_non_exhaustive()
     }
 }
 
@@ -64,19 +64,19 @@ fn digest(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-impl Sessions {
-    pub(crate) fn new(clock: Arc<dyn Clock>) -> Sessions {
-        Sessions {
+impl Logins {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Logins {
+        Logins {
             inner: Mutex::new(HashMap::new()),
             clock,
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Session>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Login>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a session; returns its token (the cookie's value).
+    /// Starts a login; returns its token (the cookie's value).
     pub(crate) fn create(
         &self,
         key_hash: Vec<u8>,
@@ -98,7 +98,7 @@ impl Sessions {
         {
             map.remove(&oldest);
         }
-        if map.len() >= MAX_SESSIONS
+        if map.len() >= MAX_LOGINS
             && let Some(oldest) = map
                 .iter()
                 .min_by_key(|(_, s)| s.seen)
@@ -108,7 +108,7 @@ impl Sessions {
         }
         map.insert(
             digest(&token),
-            Session {
+            Login {
                 key_hash,
                 tenant,
                 admin,
@@ -121,26 +121,26 @@ impl Sessions {
         token
     }
 
-    /// The live session `token` names (marked as used now).
-    pub(crate) fn get(&self, token: &str) -> Option<Session> {
+    /// The live login `token` names (marked as used now).
+    pub(crate) fn get(&self, token: &str) -> Option<Login> {
         let now = self.clock.now();
         let mut map = self.map();
         let key = digest(token);
-        let session = map.get_mut(&key)?;
-        if !live(session, now) {
+        let login = map.get_mut(&key)?;
+        if !live(login, now) {
             map.remove(&key);
             return None;
         }
-        session.seen = now;
-        Some(session.clone())
+        login.seen = now;
+        Some(login.clone())
     }
 
-    /// Ends the session `token` names.
+    /// Ends the login `token` names.
     pub(crate) fn remove(&self, token: &str) {
         self.map().remove(&digest(token));
     }
 
-    /// How many sessions are live.
+    /// How many logins are live.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         let now = self.clock.now();
@@ -148,7 +148,7 @@ impl Sessions {
     }
 }
 
-fn live(s: &Session, now: Timestamp) -> bool {
+fn live(s: &Login, now: Timestamp) -> bool {
     s.seen.checked_add(IDLE).is_ok_and(|t| now < t)
         && s.created.checked_add(ABSOLUTE).is_ok_and(|t| now < t)
 }
@@ -159,9 +159,9 @@ mod tests {
     use campanile_core::ManualClock;
 
     #[test]
-    fn sessions_end_when_idle_or_old_and_stay_bounded() {
+    fn logins_end_when_idle_or_old_and_stay_bounded() {
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let s = Sessions::new(clock.clone());
+        let s = Logins::new(clock.clone());
         let a = s.create(vec![1], None, true, "a".into());
         assert!(s.get(&a).is_some());
         assert!(s.get("not-a-token").is_none());
@@ -174,7 +174,7 @@ mod tests {
         let b = s.create(vec![2], None, true, "b".into());
         clock.advance(SignedDuration::from_hours(9));
         assert!(s.get(&b).is_none(), "idle too long");
-        // One key signing in again and again keeps its latest MAX_PER_KEY sessions and
+        // One key signing in again and again keeps its latest MAX_PER_KEY logins and
         // drops no other key's.
         let other = s.create(vec![9], None, false, "other".into());
         for i in 0..MAX_PER_KEY + 5 {
@@ -182,10 +182,10 @@ mod tests {
         }
         assert_eq!(s.len(), MAX_PER_KEY + 1);
         assert!(s.get(&other).is_some());
-        for i in 0..MAX_SESSIONS + 5 {
+        for i in 0..MAX_LOGINS + 5 {
             s.create(i.to_le_bytes().to_vec(), None, false, format!("{i}"));
         }
-        assert_eq!(s.len(), MAX_SESSIONS);
+        assert_eq!(s.len(), MAX_LOGINS);
         let c = s.create(vec![4], None, false, "c".into());
         s.remove(&c);
         assert!(s.get(&c).is_none());

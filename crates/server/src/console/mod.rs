@@ -1,11 +1,11 @@
 //! The web console, served by the node itself under `/ui/`: sign-in with an API key turned
-//! into a server-side session (an `HttpOnly`, `SameSite=Strict` cookie naming it), a CSRF token
+//! into a server-side login (an `HttpOnly`, `SameSite=Strict` cookie naming it), a CSRF token
 //! on every form that acts, pages rendered on the server from templates embedded in the
 //! binary, and the same tenant scoping as the API: every read and action goes through the
-//! store with the session's tenant.
+//! store with the login's tenant.
 
+mod logins;
 mod pages;
-mod sessions;
 mod svg;
 
 use std::sync::OnceLock;
@@ -22,12 +22,12 @@ use serde::Serialize;
 
 use crate::AppState;
 
-pub(crate) use sessions::Sessions;
+pub(crate) use logins::Logins;
 
-/// The session cookie's name.
-const COOKIE: &str = "campanile_session";
+/// The login cookie's name.
+const COOKIE: &str = "campanile_login";
 /// The sign-in form's own token (double-submit: a cookie and a form field that must match).
-const LOGIN_COOKIE: &str = "campanile_login";
+const LOGIN_COOKIE: &str = "campanile_login_form";
 
 /// The console's routes (merged into the node's router).
 pub(crate) fn router() -> Router<AppState> {
@@ -159,14 +159,14 @@ fn set_cookie(name: &str, value: &str, max_age_secs: i64) -> HeaderValue {
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid=; Max-Age=0"))
 }
 
-/// The signed-in session of a console request; a request without one is sent to sign in.
+/// The signed-in login of a console request; a request without one is sent to sign in.
 #[derive(Debug, Clone)]
 pub(crate) struct Signed {
     /// The key's tenant (`None`: an admin key).
     pub(crate) tenant: Option<TenantId>,
     /// Whether the key manages tenants (the API's `is_admin`).
     pub(crate) admin: bool,
-    /// The session's CSRF token, which every form that acts carries.
+    /// The login's CSRF token, which every form that acts carries.
     pub(crate) csrf: String,
     /// What the header shows: the key's prefix and tenant.
     pub(crate) label: String,
@@ -178,7 +178,7 @@ impl Signed {
     }
 }
 
-/// Sent to the sign-in page (a 303, so that a form that met an expired session is not
+/// Sent to the sign-in page (a 303, so that a form that met an expired login is not
 /// resent).
 pub(crate) struct SignIn;
 
@@ -193,22 +193,22 @@ impl FromRequestParts<AppState> for Signed {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Signed, SignIn> {
         let token = cookie(&parts.headers, COOKIE).ok_or(SignIn)?;
-        let session = state.sessions.get(&token).ok_or(SignIn)?;
+        let login = state.logins.get(&token).ok_or(SignIn)?;
         // The key is checked again on every request (through the node's key cache, as the
-        // API does): a revoked key ends its sessions.
-        match crate::auth::find_by_hash(state, session.key_hash.clone()).await {
+        // API does): a revoked key ends its logins.
+        match crate::auth::find_by_hash(state, login.key_hash.clone()).await {
             Ok(_) => Ok(Signed {
-                tenant: session.tenant,
-                admin: session.admin,
-                csrf: session.csrf.clone(),
-                label: session.label.clone(),
+                tenant: login.tenant,
+                admin: login.admin,
+                csrf: login.csrf.clone(),
+                label: login.label.clone(),
             }),
-            // Revoked (or gone): the session ends.
+            // Revoked (or gone): the login ends.
             Err(e) if e.status() == StatusCode::UNAUTHORIZED => {
-                state.sessions.remove(&token);
+                state.logins.remove(&token);
                 Err(SignIn)
             }
-            // The database is away for a moment: the session stays; this page cannot be
+            // The database is away for a moment: the login stays; this page cannot be
             // shown (the sign-in page says nothing is wrong with the key).
             Err(_) => Err(SignIn),
         }

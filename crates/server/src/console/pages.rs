@@ -87,18 +87,12 @@ fn tenant_of(s: &Signed) -> Result<TenantId, Response> {
     })
 }
 
-/// Percent-encodes a query-string value.
-fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char);
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+/// `path` with the query string `pairs` (form-encoded).
+fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
+    format!(
+        "{path}?{}",
+        serde_urlencoded::to_string(pairs).unwrap_or_default()
+    )
 }
 
 /// After an action: back to `to` with a notice (`Ok`) or an error.
@@ -107,7 +101,7 @@ fn back(to: &str, outcome: Result<String, String>) -> Response {
         Ok(m) => ("notice", m),
         Err(m) => ("error", m),
     };
-    Redirect::to(&format!("{to}?{k}={}", enc(&v))).into_response()
+    Redirect::to(&with_query(to, &[(k, &v)])).into_response()
 }
 
 fn blank(v: Option<String>) -> Option<String> {
@@ -128,7 +122,7 @@ pub(crate) async fn login_form() -> Response {
 }
 
 fn login_page(status: StatusCode, error: Option<&str>) -> Response {
-    let token = super::sessions::token();
+    let token = super::logins::token();
     let mut r = page(
         status,
         "login.html",
@@ -139,7 +133,7 @@ fn login_page(status: StatusCode, error: Option<&str>) -> Response {
     r
 }
 
-/// Signs in with an API key: a session for it, named by an `HttpOnly` cookie.
+/// Signs in with an API key: a login for it, named by an `HttpOnly` cookie.
 pub(crate) async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -175,10 +169,10 @@ pub(crate) async fn login(
     };
     let label = format!("{tenant_name} ({}…)", record.prefix);
     let token = state
-        .sessions
+        .logins
         .create(hash, record.tenant, record.is_admin, label);
     let mut r = Redirect::to("/ui/").into_response();
-    let max_age = super::sessions::ABSOLUTE.as_secs();
+    let max_age = super::logins::ABSOLUTE.as_secs();
     r.headers_mut()
         .append(header::SET_COOKIE, set_cookie(COOKIE, &token, max_age));
     r.headers_mut()
@@ -191,7 +185,7 @@ pub(crate) struct CsrfForm {
     csrf: String,
 }
 
-/// Signs out: the session ends.
+/// Signs out: the login ends.
 pub(crate) async fn logout(
     State(state): State<AppState>,
     s: Signed,
@@ -202,7 +196,7 @@ pub(crate) async fn logout(
         return csrf_refused(&s);
     }
     if let Some(token) = cookie(&headers, COOKIE) {
-        state.sessions.remove(&token);
+        state.logins.remove(&token);
     }
     let mut r = Redirect::to("/ui/login").into_response();
     r.headers_mut()
@@ -215,8 +209,8 @@ fn csrf_refused(s: &Signed) -> Response {
         Some(s),
         StatusCode::FORBIDDEN,
         "Refused",
-        "The form did not carry this session's token (it may come from another site, or \
-         from a page older than the session): reload the page and try again.",
+        "The form did not carry this login's token (it may come from another site, or \
+         from a page older than the login): reload the page and try again.",
     )
 }
 
@@ -431,11 +425,14 @@ pub(crate) async fn schedules(
         "zone": zone.clone().unwrap_or_default(),
     });
     let more = next.map(|n| {
-        format!(
-            "/ui/schedules?state={}&queue={}&zone={}&after={n}",
-            enc(&q.state.clone().unwrap_or_default()),
-            enc(&queue.unwrap_or_default()),
-            enc(&zone.unwrap_or_default())
+        with_query(
+            "/ui/schedules",
+            &[
+                ("state", q.state.as_deref().unwrap_or_default()),
+                ("queue", queue.as_deref().unwrap_or_default()),
+                ("zone", zone.as_deref().unwrap_or_default()),
+                ("after", &n),
+            ],
         )
     });
     page(
@@ -718,14 +715,16 @@ pub(crate) async fn occurrences(
     let next = (rows.len() as u32 == PAGE)
         .then(|| {
             rows.last().map(|o| {
-                format!(
-                    "/ui/occurrences?state={}&schedule={}&from={}&to={}&after={}_{}",
-                    enc(&q.state.clone().unwrap_or_default()),
-                    enc(&q.schedule.clone().unwrap_or_default()),
-                    enc(&q.from.clone().unwrap_or_default()),
-                    enc(&q.to.clone().unwrap_or_default()),
-                    o.scheduled_for.as_millisecond(),
-                    o.id.0
+                let after = format!("{}_{}", o.scheduled_for.as_millisecond(), o.id.0);
+                with_query(
+                    "/ui/occurrences",
+                    &[
+                        ("state", q.state.as_deref().unwrap_or_default()),
+                        ("schedule", q.schedule.as_deref().unwrap_or_default()),
+                        ("from", q.from.as_deref().unwrap_or_default()),
+                        ("to", q.to.as_deref().unwrap_or_default()),
+                        ("after", &after),
+                    ],
                 )
             })
         })

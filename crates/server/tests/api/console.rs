@@ -1,11 +1,11 @@
-//! The console's sessions over HTTP, in process: the cookie's attributes, CSRF on every
-//! action, tenant scoping, and a revoked key ending its sessions. (The pages themselves are
+//! The console's logins over HTTP, in process: the cookie's attributes, CSRF on every
+//! action, tenant scoping, and a revoked key ending its logins. (The pages themselves are
 //! driven in a real browser by the CLI's console test.)
 
 use super::*;
 use axum::http::header;
 
-/// Signs in with `key`; returns the session cookie (`name=value`).
+/// Signs in with `key`; returns the login cookie (`name=value`).
 async fn sign_in(app: &App, key: &str) -> String {
     let (s, _, h) = app
         .raw(Request::get("/ui/login").body(Body::empty()).unwrap())
@@ -24,7 +24,7 @@ async fn sign_in(app: &App, key: &str) -> String {
         .raw(
             Request::post("/ui/login")
                 .header("content-type", "application/x-www-form-urlencoded")
-                .header("cookie", format!("campanile_login={token}"))
+                .header("cookie", format!("campanile_login_form={token}"))
                 .body(Body::from(format!("key={key}&token={token}")))
                 .unwrap(),
         )
@@ -35,16 +35,16 @@ async fn sign_in(app: &App, key: &str) -> String {
         .iter()
         .map(|v| v.to_str().unwrap().to_string())
         .collect();
-    let session = set
+    let login = set
         .iter()
-        .find(|c| c.starts_with("campanile_session="))
+        .find(|c| c.starts_with("campanile_login="))
         .unwrap()
         .clone();
     assert!(
-        session.contains("HttpOnly") && session.contains("SameSite=Strict"),
-        "{session}"
+        login.contains("HttpOnly") && login.contains("SameSite=Strict"),
+        "{login}"
     );
-    session.split(';').next().unwrap().to_string()
+    login.split(';').next().unwrap().to_string()
 }
 
 async fn get(app: &App, cookie: &str, path: &str) -> (StatusCode, String, axum::http::HeaderMap) {
@@ -65,7 +65,7 @@ fn csrf_of(html: &str) -> String {
 }
 
 #[tokio::test]
-async fn console_sessions_are_scoped_fenced_against_csrf_and_end_with_their_key() {
+async fn console_logins_are_scoped_fenced_against_csrf_and_end_with_their_key() {
     let app = app().await;
     // Not signed in: sent to sign in; a wrong key or a sign-in form from elsewhere is refused.
     let (s, _, h) = get(&app, "", "/ui/schedules").await;
@@ -104,7 +104,7 @@ async fn console_sessions_are_scoped_fenced_against_csrf_and_end_with_their_key(
             .body(Body::from(body))
             .unwrap()
     };
-    // Without the session's token: refused, nothing done.
+    // Without the login's token: refused, nothing done.
     let (s, _, _) = app
         .raw(post(
             format!("/ui/schedules/{id}/pause"),
@@ -136,7 +136,7 @@ async fn console_sessions_are_scoped_fenced_against_csrf_and_end_with_their_key(
         .call("GET", &format!("/v1/schedules/{id}"), Some(&app.a), None)
         .await;
     assert_eq!(v["state"], "PAUSED");
-    // Another tenant's session: the schedule is not found, and cannot be acted on.
+    // Another tenant's login: the schedule is not found, and cannot be acted on.
     let b = sign_in(&app, &app.b).await;
     let (s, _, _) = get(&app, &b, &format!("/ui/schedules/{id}")).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
@@ -158,7 +158,7 @@ async fn console_sessions_are_scoped_fenced_against_csrf_and_end_with_their_key(
         let (s, html, _) = get(&app, &a, path).await;
         assert_eq!(s, StatusCode::OK, "{path}: {html}");
     }
-    // A revoked key ends its sessions.
+    // A revoked key ends its logins.
     let ka = app
         .store
         .api_key_find(campanile_store::ApiKeyFind {
