@@ -42,6 +42,8 @@ pub(crate) struct Login {
 /// The node's logins.
 pub(crate) struct Logins {
     inner: Mutex<HashMap<Vec<u8>, Login>>,
+    /// Most logins kept, and most per key ([`MAX_LOGINS`], [`MAX_PER_KEY`]).
+    limits: (usize, usize),
     clock: Arc<dyn Clock>,
 }
 
@@ -66,8 +68,14 @@ fn digest(token: &str) -> Vec<u8> {
 
 impl Logins {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Logins {
+        Logins::with_limits(clock, MAX_LOGINS, MAX_PER_KEY)
+    }
+
+    /// Logins bounded to `max` in all and `per_key` per key.
+    fn with_limits(clock: Arc<dyn Clock>, max: usize, per_key: usize) -> Logins {
         Logins {
             inner: Mutex::new(HashMap::new()),
+            limits: (max, per_key),
             clock,
         }
     }
@@ -89,7 +97,7 @@ impl Logins {
         let mut map = self.map();
         map.retain(|_, s| live(s, now));
         let mine = map.values().filter(|s| s.key_hash == key_hash).count();
-        if mine >= MAX_PER_KEY
+        if mine >= self.limits.1
             && let Some(oldest) = map
                 .iter()
                 .filter(|(_, s)| s.key_hash == key_hash)
@@ -98,7 +106,7 @@ impl Logins {
         {
             map.remove(&oldest);
         }
-        if map.len() >= MAX_LOGINS
+        if map.len() >= self.limits.0
             && let Some(oldest) = map
                 .iter()
                 .min_by_key(|(_, s)| s.seen)
@@ -161,7 +169,10 @@ mod tests {
     #[test]
     fn logins_end_when_idle_or_old_and_stay_bounded() {
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let s = Logins::new(clock.clone());
+        // The node's limits, scaled down (the same code; a test of 10,000 sign-ins, each
+        // scanning the map, takes seconds in a debug build).
+        let (max, per_key) = (200, 10);
+        let s = Logins::with_limits(clock.clone(), max, per_key);
         let a = s.create(vec![1], None, true, "a".into());
         assert!(s.get(&a).is_some());
         assert!(s.get("not-a-token").is_none());
@@ -174,18 +185,18 @@ mod tests {
         let b = s.create(vec![2], None, true, "b".into());
         clock.advance(SignedDuration::from_hours(9));
         assert!(s.get(&b).is_none(), "idle too long");
-        // One key signing in again and again keeps its latest MAX_PER_KEY logins and
-        // drops no other key's.
+        // One key signing in again and again keeps its latest `per_key` logins and drops no
+        // other key's.
         let other = s.create(vec![9], None, false, "other".into());
-        for i in 0..MAX_PER_KEY + 5 {
+        for i in 0..per_key + 5 {
             s.create(vec![3], None, false, format!("{i}"));
         }
-        assert_eq!(s.len(), MAX_PER_KEY + 1);
+        assert_eq!(s.len(), per_key + 1);
         assert!(s.get(&other).is_some());
-        for i in 0..MAX_LOGINS + 5 {
+        for i in 0..max + 5 {
             s.create(i.to_le_bytes().to_vec(), None, false, format!("{i}"));
         }
-        assert_eq!(s.len(), MAX_LOGINS);
+        assert_eq!(s.len(), max);
         let c = s.create(vec![4], None, false, "c".into());
         s.remove(&c);
         assert!(s.get(&c).is_none());
