@@ -277,6 +277,27 @@ fn schedules_from_the_command_line() {
     assert_eq!(field(&out, "id"), first_id);
     let third = json_of(&sh(&s, &format!("schedule trigger {daily} --json")));
     assert_ne!(third["id"].as_str().unwrap(), first_id);
+    // A run with its own payload; its key answers again only with the same payload.
+    let own = format!("schedule trigger {daily} --idempotency-key own-1 --payload {{\"rerun\":7}}");
+    let made = json_of(&sh(&s, &format!("{own} --json")));
+    assert_eq!(made["origin"], "manual");
+    let out = ok(&sh(&s, &own));
+    assert_eq!(field(&out, "id"), made["id"].as_str().unwrap());
+    assert_eq!(
+        refused(&sh(
+            &s,
+            &format!("schedule trigger {daily} --idempotency-key own-1 --payload 8")
+        )),
+        "this Idempotency-Key was used by a trigger with another payload: use a new key for a \
+         new run"
+    );
+    let bad = sh(&s, &format!("schedule trigger {daily} --payload {{rerun"));
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("--payload: not JSON"),
+        "{}",
+        stderr(&bad)
+    );
 
     // Cancel, for good.
     let out = ok(&sh(&s, &format!("schedule cancel {daily}")));

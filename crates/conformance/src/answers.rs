@@ -189,3 +189,72 @@ pub fn a_claim_answer_keeps_to_its_size_bound(rt: &Runtime, h: Harness) {
         assert_eq!(claimed, expected, "each claimed once, none left");
     });
 }
+
+/// A run triggered with its own payload is handed that payload instead of its version's, and
+/// its own size counts against a claim's bound; its key answers again only with the same
+/// payload.
+pub fn a_triggered_run_carries_its_own_payload(rt: &Runtime, h: Harness) {
+    rt.block_on(async {
+        let s = h.store.as_ref();
+        let f = fixture(s, "acme", "q").await;
+        let trigger = |key: Option<&str>, payload: Option<&str>, now| ScheduleTrigger {
+            tenant: f.tenant,
+            id: f.schedule,
+            key: key.map(str::to_string),
+            payload: payload.map(str::to_string),
+            now: Some(now),
+        };
+        let big = format!("{{\"rerun\":\"{}\"}}", "y".repeat(3000));
+        let first = s
+            .schedule_trigger(trigger(Some("k1"), Some(&big), secs(100)))
+            .await
+            .expect("trigger");
+        let second = s
+            .schedule_trigger(trigger(None, Some(&big), secs(101)))
+            .await
+            .expect("trigger");
+        let plain = s
+            .schedule_trigger(trigger(None, None, secs(102)))
+            .await
+            .expect("trigger");
+        // Sent again with its key and the same payload: the same run.
+        let again = s
+            .schedule_trigger(trigger(Some("k1"), Some(&big), secs(103)))
+            .await
+            .expect("trigger again");
+        assert_eq!(
+            (again.occurrence_id, again.created),
+            (first.occurrence_id, false)
+        );
+        // The same key with another payload, or with none, is another request: refused.
+        for other in [Some("{}"), None] {
+            let reused = s
+                .schedule_trigger(trigger(Some("k1"), other, secs(104)))
+                .await;
+            assert!(matches!(reused, Err(StoreError::Invalid(_))), "{reused:?}");
+        }
+        // Each run's own payload counts against the bound: one of the two large ones fits.
+        let size = payload_answer_bytes(big.len());
+        let got = claim_within(s, &f, "q", "A", 10, size + 100, secs(110)).await;
+        assert_eq!(ids(&got), vec![first.occurrence_id]);
+        assert_eq!(got[0].payload.as_deref(), Some(big.as_str()));
+        let got = claim_within(s, &f, "q", "A", 10, u64::MAX / 4, secs(110)).await;
+        assert_eq!(ids(&got), vec![second.occurrence_id, plain.occurrence_id]);
+        let payloads: Vec<Option<&str>> = got.iter().map(|c| c.payload.as_deref()).collect();
+        assert_eq!(
+            payloads,
+            vec![Some(big.as_str()), spec("q").payload.as_deref()],
+            "the plain trigger runs with its version's payload"
+        );
+        // Taken over after its lease ends, a run still carries its own payload.
+        let retaken = claim_within(s, &f, "q", "B", 10, u64::MAX / 4, secs(200)).await;
+        let own: Vec<(OccurrenceId, Option<&str>)> = retaken
+            .iter()
+            .map(|c| (c.id, c.payload.as_deref()))
+            .collect();
+        assert!(
+            own.contains(&(first.occurrence_id, Some(big.as_str()))),
+            "{own:?}"
+        );
+    });
+}

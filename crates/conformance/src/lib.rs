@@ -83,6 +83,7 @@ macro_rules! conformance_tests {
             a_retention_batch_with_a_redriven_occurrence_is_given_up,
             retention_steps_over_kept_history_a_window_at_a_time,
             a_triggered_schedule_runs_once_now_and_its_key_answers_again,
+            a_triggered_run_carries_its_own_payload,
             catch_up_slots_are_shared_by_every_reservation,
             a_backfill_makes_each_missing_instant_once_at_the_tenant_pace,
             an_outage_check_leaves_operators_runs_alone);

@@ -613,6 +613,7 @@ pub fn a_triggered_schedule_runs_once_now_and_its_key_answers_again(rt: &Runtime
             tenant: f.tenant,
             id: f.schedule,
             key: key.map(str::to_string),
+            payload: None,
             now: Some(now),
         };
         let first = s

@@ -590,6 +590,7 @@ async fn a_triggered_run_is_neither_expected_nor_unexpected(env: Env) {
             tenant: env.tenant,
             id,
             key: None,
+            payload: None,
             now: Some(plus(t0, 123)),
         })
         .await

@@ -38,62 +38,102 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(is_json);
-        if !json {
+        json_headers(&req)?;
+        let raw = read_body(req, state).await?;
+        let value = parse(&raw)?;
+        Ok(JsonBody { value, raw })
+    }
+}
+
+/// Refuses a request whose body is not declared as JSON, or is compressed.
+fn json_headers(req: &Request) -> Result<(), ApiError> {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json);
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send JSON with Content-Type: application/json",
+        ));
+    }
+    // A compressed body would be parsed as if it were not: refuse what is not identity.
+    if let Some(enc) = req.headers().get(header::CONTENT_ENCODING) {
+        let enc = enc.to_str().unwrap_or("?").trim().to_ascii_lowercase();
+        if enc != "identity" && !enc.is_empty() {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
-                "send JSON with Content-Type: application/json",
+                format!("Content-Encoding {enc:?} is not accepted: send the JSON uncompressed"),
             ));
         }
-        // A compressed body would be parsed as if it were not: refuse what is not identity.
-        if let Some(enc) = req.headers().get(header::CONTENT_ENCODING) {
-            let enc = enc.to_str().unwrap_or("?").trim().to_ascii_lowercase();
-            if enc != "identity" && !enc.is_empty() {
-                return Err(ApiError::new(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "unsupported_media_type",
-                    format!("Content-Encoding {enc:?} is not accepted: send the JSON uncompressed"),
-                ));
-            }
+    }
+    Ok(())
+}
+
+/// The request's body, read within the body-read deadline and the size limit.
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    // A client that declared a body and stops sending it does not hold the request (and
+    // the node's shutdown) for longer than the body-read deadline.
+    let deadline = req
+        .extensions()
+        .get::<crate::http::BodyReadTimeout>()
+        .map(|t| t.0);
+    let read = Bytes::from_request(req, state);
+    let read = match deadline {
+        Some(deadline) => tokio::time::timeout(deadline, read).await.map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    deadline.as_secs_f64()
+                ),
+            )
+        })?,
+        None => read.await,
+    };
+    read.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "the request body is larger than the configured limit",
+            )
+        } else {
+            ApiError::bad_request(r.body_text())
         }
-        // A client that declared a body and stops sending it does not hold the request (and
-        // the node's shutdown) for longer than the body-read deadline.
-        let deadline = req
-            .extensions()
-            .get::<crate::http::BodyReadTimeout>()
-            .map(|t| t.0);
-        let read = Bytes::from_request(req, state);
-        let read = match deadline {
-            Some(deadline) => tokio::time::timeout(deadline, read).await.map_err(|_| {
-                ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "request_timeout",
-                    format!(
-                        "the request body did not arrive within {} s",
-                        deadline.as_secs_f64()
-                    ),
-                )
-            })?,
-            None => read.await,
-        };
-        let raw = read.map_err(|r| {
-            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "the request body is larger than the configured limit",
-                )
-            } else {
-                ApiError::bad_request(r.body_text())
-            }
-        })?;
+    })
+}
+
+/// A JSON request body that may be left out: an empty body is none, whatever its
+/// `Content-Type`; anything else is read as a [`JsonBody`].
+#[derive(Debug)]
+pub(crate) struct OptionalJsonBody<T>(pub(crate) Option<JsonBody<T>>);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let declared = req.headers().get(header::CONTENT_TYPE).is_some();
+        if declared {
+            json_headers(&req)?;
+        }
+        let raw = read_body(req, state).await?;
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        if !declared {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send JSON with Content-Type: application/json, or no body",
+            ));
+        }
         let value = parse(&raw)?;
-        Ok(JsonBody { value, raw })
+        Ok(OptionalJsonBody(Some(JsonBody { value, raw })))
     }
 }
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
-use crate::body::{JsonBody, PathParams, QueryParams};
+use crate::body::{JsonBody, OptionalJsonBody, PathParams, QueryParams};
 use crate::dto::{
     DstDto, InFlight, OccurrenceOut, ScheduleChangeOut, ScheduleInput, ScheduleList, ScheduleOut,
 };
@@ -396,31 +396,51 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// The optional body of a trigger.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TriggerInput {
+    /// This run's payload, any JSON, handed to its worker (or relayed) in place of the
+    /// version's (default: the version's).
+    #[schema(value_type = Option<Value>)]
+    payload: Option<Box<serde_json::value::RawValue>>,
+}
+
 /// Run a schedule now: one occurrence of its current version, ready at once and marked
-/// `manual`, under the schedule's queue, priority, retries, lease and overlap policy. With an
+/// `manual`, under the schedule's queue, priority, retries, lease and overlap policy, with the
+/// version's payload or the one the body gives (the body may be left out). With an
 /// `Idempotency-Key`, a trigger sent again answers the occurrence the first made (200)
-/// instead of making another. A paused or canceled schedule is not run (409).
+/// instead of making another; the same key with another payload is refused (422). A paused or
+/// canceled schedule is not run (409).
 #[utoipa::path(post, path = "/v1/schedules/{id}/trigger", tag = "schedules",
+    request_body(content = Option<TriggerInput>, description = "optional: the run's own payload"),
     params(("id" = String, Path, format = Uuid),
         ("Idempotency-Key" = Option<String>, Header, nullable = false,
         description = "Makes retries safe: 1 to 255 visible ASCII characters (spaces inside)",
         min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$")),
     responses((status = 201, body = OccurrenceOut), (status = 200, description = "sent again with its key: the occurrence the first made", body = OccurrenceOut),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn trigger(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     PathParams(id): PathParams<String>,
+    body: OptionalJsonBody<TriggerInput>,
 ) -> Result<Response, ApiError> {
     let id = parse_schedule_id(&id)?;
     let key = idempotency_key(&headers)?;
+    let payload = body
+        .0
+        .and_then(|b| b.value.payload)
+        .map(|p| p.get().to_string());
     let t = state
         .store
         .schedule_trigger(ScheduleTrigger {
             tenant: caller.tenant,
             id,
             key,
+            payload,
             now: None,
         })
         .await?;

@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "backfill",
         include_str!("../migrations/0021_backfill.sql"),
     ),
+    (
+        22,
+        "trigger_payload",
+        include_str!("../migrations/0022_trigger_payload.sql"),
+    ),
 ];
 
 /// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the

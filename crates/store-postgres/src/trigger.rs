@@ -38,10 +38,11 @@ pub(crate) async fn schedule_trigger(c: &mut Client, p: ScheduleTrigger) -> R<Tr
     let id = occurrence_id(p.id, rec.version, at);
     let marked = execute(
         &tx,
-        "UPDATE occurrences SET origin = 'manual', trigger_key = $2 WHERE id = $1",
-        &[&id.0, &p.key],
+        "UPDATE occurrences SET origin = 'manual', trigger_key = $2, payload = $3 WHERE id = $1",
+        &[&id.0, &p.key, &p.payload],
     )
     .await;
+
     match marked {
         Ok(_) => {}
         // The same key, triggered at the same time by another request that committed first.
@@ -65,12 +66,15 @@ async fn by_key<C: GenericClient>(c: &C, p: &ScheduleTrigger) -> R<Option<Trigge
     };
     let rows = query(
         c,
-        "SELECT id, scheduled_for FROM occurrences WHERE schedule_id = $1 AND trigger_key = $2",
+        "SELECT id, scheduled_for, payload FROM occurrences WHERE schedule_id = $1 AND trigger_key = $2",
         &[&p.id.0, key],
     )
     .await?;
     rows.first()
         .map(|r| {
+            if r.get::<_, Option<String>>(2) != p.payload {
+                return Err(rules::trigger_key_reused());
+            }
             Ok(Triggered {
                 occurrence_id: OccurrenceId(r.get::<_, Uuid>(0)),
                 scheduled_for: ts(r.get(1))?,

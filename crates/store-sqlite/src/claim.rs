@@ -45,7 +45,7 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     let mut picked = pending_candidates(c, p, now, false, max)?;
     picked.extend(expired_candidates(c, p, now, false, max)?);
     best_first(&mut picked, max);
-    let fit = room.take(c, picked.iter().map(|c| (c.row.2, c.row.3)))?;
+    let fit = room.take(c, picked.iter().map(|c| (c.row.0, c.row.2, c.row.3)))?;
     picked.truncate(fit);
     let reclaims = picked.iter().any(|c| c.running);
     let picked = picked.into_iter().map(Candidate::claim_row).collect();
@@ -59,35 +59,39 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
 }
 
 /// What is left of a claim's size bound ([`OccurrenceClaim::max_bytes`]) as the writer picks
-/// occurrences. Payload sizes are looked up only when the largest payload any version holds
-/// (`payload_bound`, kept by a trigger) could pass what is left: a claim of small payloads
-/// costs the writer one read of one row.
+/// occurrences. Payload sizes are looked up only when the largest payload any version or
+/// triggered run holds (`payload_bound`, kept by triggers) could pass what is left: a claim of
+/// small payloads costs the writer one read of one row.
 pub(crate) struct AnswerRoom {
     room: ClaimRoom,
     /// What the largest payload counts ([`payload_answer_bytes`]).
     largest: u64,
+    /// Whether some occurrences hold their own payload (a run triggered with one): sizes are
+    /// then looked up per occurrence, not per version.
+    overrides: bool,
     sizes: HashMap<(Uuid, u32), u64>,
 }
 
 impl AnswerRoom {
     fn new(c: &Connection, max_bytes: u64) -> R<AnswerRoom> {
-        let largest: i64 = c
-            .prepare_cached("SELECT max_bytes FROM payload_bound WHERE id = 1")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        let (largest, overrides): (i64, i64) = c
+            .prepare_cached("SELECT max_bytes, overrides FROM payload_bound WHERE id = 1")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
             .map_err(db_err)?;
         Ok(AnswerRoom {
             room: ClaimRoom::new(max_bytes),
             largest: payload_answer_bytes(usize::try_from(largest).unwrap_or(0)),
+            overrides: overrides > 0,
             sizes: HashMap::new(),
         })
     }
 
-    /// How many of the occurrences of these `(schedule, version)`s, in claim order, fit in
+    /// How many of these occurrences (`(seq, schedule, version)`), in claim order, fit in
     /// what is left; counts them.
     fn take(
         &mut self,
         c: &Connection,
-        versions: impl ExactSizeIterator<Item = (Uuid, u32)>,
+        versions: impl ExactSizeIterator<Item = (i64, Uuid, u32)>,
     ) -> R<usize> {
         let n = versions.len();
         if self.room.take_all(n, self.largest) {
@@ -99,11 +103,24 @@ impl AnswerRoom {
                   WHERE schedule_id = ?1 AND version = ?2",
             )
             .map_err(db_err)?;
+        let mut own = c
+            .prepare_cached("SELECT length(CAST(payload AS BLOB)) FROM occurrences WHERE seq = ?1")
+            .map_err(db_err)?;
         let mut taken = 0;
-        for key in versions {
-            let size = match self.sizes.get(&key) {
-                Some(size) => *size,
-                None => {
+        for (seq, schedule, version) in versions {
+            let key = (schedule, version);
+            let own_len: Option<i64> = if self.overrides {
+                own.query_row(params![seq], |r| r.get(0))
+                    .optional()
+                    .map_err(db_err)?
+                    .flatten()
+            } else {
+                None
+            };
+            let size = match (own_len, self.sizes.get(&key)) {
+                (Some(len), _) => payload_answer_bytes(usize::try_from(len).unwrap_or(0)),
+                (None, Some(size)) => *size,
+                (None, None) => {
                     let len: Option<i64> = q
                         .query_row(params![key.0, key.1], |r| r.get(0))
                         .optional()
@@ -464,7 +481,7 @@ pub(crate) fn claim_constrained(
         };
         match decision {
             fence::OverlapDecision::Claim => {
-                if bytes.take(c, std::iter::once((schedule, cand.row.3)))? == 0 {
+                if bytes.take(c, std::iter::once((cand.row.0, schedule, cand.row.3)))? == 0 {
                     break;
                 }
                 out.extend(claim_rows(
@@ -536,8 +553,27 @@ pub(crate) fn fill_payloads_in(c: &Connection, claims: &mut [Claimed]) -> R<()> 
             "SELECT payload FROM schedule_versions WHERE schedule_id = ?1 AND version = ?2",
         )
         .map_err(db_err)?;
+    // Runs triggered with their own payload: looked up one by one, only while there are some.
+    let overrides: i64 = c
+        .prepare_cached("SELECT overrides FROM payload_bound WHERE id = 1")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(db_err)?;
+    let mut own = c
+        .prepare_cached("SELECT payload FROM occurrences WHERE id = ?1")
+        .map_err(db_err)?;
     let mut seen: HashMap<(Uuid, u32), Option<String>> = HashMap::new();
     for claim in claims {
+        if overrides > 0 {
+            let payload: Option<String> = own
+                .query_row(params![claim.id.0], |r| r.get(0))
+                .optional()
+                .map_err(db_err)?
+                .flatten();
+            if payload.is_some() {
+                claim.payload = payload;
+                continue;
+            }
+        }
         let key = (claim.schedule_id.0, claim.version);
         claim.payload = match seen.get(&key) {
             Some(p) => p.clone(),

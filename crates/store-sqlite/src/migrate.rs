@@ -98,6 +98,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "backfill",
         include_str!("../migrations/0019_backfill.sql"),
     ),
+    (
+        20,
+        "trigger_payload",
+        include_str!("../migrations/0020_trigger_payload.sql"),
+    ),
 ];
 
 /// Checks run before a migration (`campanile_store::upgrade`); a row returned names what makes

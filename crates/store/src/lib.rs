@@ -123,8 +123,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// instant), marked [`Origin::Manual`], under the schedule's policies (queue, priority,
     /// retries, lease, overlap). Serialized with changes to the schedule: a trigger that
     /// answered before a pause, update or cancel is canceled by it like any unclaimed
-    /// occurrence. `NotFound` for a schedule the tenant does not have; `WrongState` for one that
-    /// is paused or canceled.
+    /// occurrence. With [`ScheduleTrigger::payload`], the run is handed that payload instead of
+    /// its version's. `NotFound` for a schedule the tenant does not have; `WrongState` for one
+    /// that is paused or canceled; `Invalid` for a key sent again with another payload.
     async fn schedule_trigger(&self, p: ScheduleTrigger) -> Result<Triggered, StoreError>;
 
     /// Backfills a past range of a schedule's current version: one occurrence per instant in

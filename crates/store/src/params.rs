@@ -883,6 +883,8 @@ pub struct ScheduleTrigger {
     /// The trigger's idempotency key: a trigger sent again with the same key makes nothing
     /// new and answers the occurrence the first made.
     pub key: Option<String>,
+    /// The run's own payload (JSON text) in place of its version's; `None`: the version's.
+    pub payload: Option<String>,
     /// `None`: the store's clock.
     pub now: Option<Timestamp>,
 }

@@ -257,6 +257,14 @@ pub fn check_trigger(state: crate::ScheduleState) -> Result<(), StoreError> {
     }
 }
 
+/// A trigger's `Idempotency-Key` sent again with another payload than the run it made.
+pub fn trigger_key_reused() -> StoreError {
+    invalid(
+        "this Idempotency-Key was used by a trigger with another payload: use a new key for a \
+         new run",
+    )
+}
+
 /// A trigger refused because a planned occurrence of the same version holds its very
 /// millisecond (the unique key would take it for that one).
 pub fn trigger_collides() -> StoreError {

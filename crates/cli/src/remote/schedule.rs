@@ -54,6 +54,10 @@ enum ScheduleCommand {
         /// occurrence the first one made instead of making another.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// This run's own payload, any JSON, in place of the version's (a string is quoted:
+        /// '"hello"').
+        #[arg(long, value_name = "JSON")]
+        payload: Option<String>,
     },
     /// Create the occurrences a schedule's calendar has in [--from, --to) (at most 1000
     /// instants per request) and run again those recorded MISSED (rerun); instants whose
@@ -424,14 +428,21 @@ pub(crate) fn command(args: ScheduleArgs) -> Result<(), CliError> {
             ScheduleCommand::Trigger {
                 id,
                 idempotency_key,
+                payload,
             } => {
                 let id = record_id("schedule", id)?;
-                let answer = remote
-                    .send(
-                        Call::post(&["schedules", id, "trigger"])
-                            .idempotency_key(idempotency_key.as_deref()),
-                    )
-                    .await?;
+                let mut call = Call::post(&["schedules", id, "trigger"])
+                    .idempotency_key(idempotency_key.as_deref());
+                if let Some(p) = payload {
+                    let payload = RawValue::from_string(p.clone()).map_err(|e| {
+                        CliError::usage(format!(
+                            "--payload: not JSON ({e}); a string is written in quotes: '\"text\"'"
+                        ))
+                    })?;
+                    let body = serde_json::json!({ "payload": payload });
+                    call = call.body(body.to_string());
+                }
+                let answer = remote.send(call).await?;
                 if remote.json {
                     return emit_json(&answer);
                 }

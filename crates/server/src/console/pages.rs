@@ -584,6 +584,7 @@ pub(crate) async fn schedule_action(
                 tenant,
                 id: sid,
                 key: None,
+                payload: None,
                 now: None,
             })
             .await

@@ -766,6 +766,126 @@ async fn a_schedule_runs_now_on_trigger_once_per_key() {
 }
 
 #[tokio::test]
+async fn a_triggered_run_carries_the_payload_its_body_gives() {
+    let app = app().await;
+    let (s, v) = app
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(&app.a),
+            Some(json!({"queue": "own", "cron": "0 3 * * *", "payload": {"n": 1}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let trigger = |key: Option<&'static str>, body: Option<&'static str>| {
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(format!("/v1/schedules/{id}/trigger"))
+            .header("authorization", format!("Bearer {}", app.a));
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        match body {
+            Some(b) => req
+                .header("content-type", "application/json")
+                .body(Body::from(b))
+                .unwrap(),
+            None => req.body(Body::empty()).unwrap(),
+        }
+    };
+    // Handed on exactly as sent (numbers keep every digit), as a create's payload is.
+    let own = r#"{"payload": {"order": 42, "amount": 12345678901234567890.50}}"#;
+    let (s1, v1, _) = app.raw(trigger(Some("own-1"), Some(own))).await;
+    assert_eq!(s1, StatusCode::CREATED, "{v1}");
+    let (s, v, _) = app.raw(trigger(Some("own-1"), Some(own))).await;
+    assert_eq!((s, &v["id"]), (StatusCode::OK, &v1["id"]), "{v}");
+    // The same key with another payload, or none, is another request.
+    for other in [Some(r#"{"payload": {"order": 43}}"#), None] {
+        let (s, v, _) = app.raw(trigger(Some("own-1"), other)).await;
+        assert_eq!(
+            (s, code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            "{v}"
+        );
+    }
+    // An empty object, or an explicit null, runs with the version's payload. (Two runs of a
+    // version cannot share a millisecond: each trigger waits for the next one.)
+    let next_ms = || tokio::time::sleep(std::time::Duration::from_millis(3));
+    next_ms().await;
+    let (s2, v2, _) = app.raw(trigger(None, Some("{}"))).await;
+    assert_eq!(s2, StatusCode::CREATED, "{v2}");
+    next_ms().await;
+    let (s3, v3, _) = app.raw(trigger(None, Some(r#"{"payload": null}"#))).await;
+    assert_eq!(s3, StatusCode::CREATED, "{v3}");
+    let claim = Request::builder()
+        .method("POST")
+        .uri("/v1/queues/own/claim")
+        .header("authorization", format!("Bearer {}", app.a))
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"worker_id": "w", "max": 10}"#))
+        .unwrap();
+    let answer = app.router.clone().oneshot(claim).await.unwrap();
+    let text = String::from_utf8(
+        answer
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(r#""payload":{"order": 42, "amount": 12345678901234567890.50}"#),
+        "{text}"
+    );
+    let c: Value = serde_json::from_str(&text).unwrap();
+    let claimed: Vec<(&Value, &Value)> = c["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (&o["id"], &o["payload"]))
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![
+            (
+                &v1["id"],
+                &json!({"order": 42, "amount": 12345678901234567890.50})
+            ),
+            (&v2["id"], &json!({"n": 1})),
+            (&v3["id"], &json!({"n": 1})),
+        ],
+        "{c}"
+    );
+    // A body that is not the trigger's, or not declared JSON: refused, nothing made.
+    let (s, v, _) = app
+        .raw(trigger(None, Some(r#"{"payload": 1, "queue": "x"}"#)))
+        .await;
+    assert!(s.is_client_error(), "{s} {v}");
+    let (s, v, _) = app.raw(trigger(None, Some("{\"payload\": "))).await;
+    assert!(s.is_client_error(), "{s} {v}");
+    let undeclared = Request::builder()
+        .method("POST")
+        .uri(format!("/v1/schedules/{id}/trigger"))
+        .header("authorization", format!("Bearer {}", app.a))
+        .body(Body::from(r#"{"payload": 1}"#))
+        .unwrap();
+    let (s, v, _) = app.raw(undeclared).await;
+    assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{v}");
+    let (_, l) = app
+        .call(
+            "GET",
+            &format!("/v1/occurrences?schedule_id={id}"),
+            Some(&app.a),
+            None,
+        )
+        .await;
+    assert_eq!(l["occurrences"].as_array().unwrap().len(), 3, "{l}");
+}
+
+#[tokio::test]
 async fn a_past_range_is_backfilled_once_paced_and_answered_again_by_its_key() {
     let app = app().await;
     // Every minute, anchored two hours ago.

@@ -5,7 +5,7 @@
 WITH pick AS (
        SELECT o.seq, CASE WHEN o.state = 'RUNNING' THEN o.epoch END AS lost_epoch,
               o.owner AS lost_owner, o.claimed_at AS lost_started, o.lease_until AS lost_lease,
-              v.payload
+              COALESCE(o.payload, v.payload) AS payload
          FROM occurrences o
          LEFT JOIN schedule_versions v ON v.schedule_id = o.schedule_id AND v.version = o.version
         WHERE o.seq = ANY($1::int8[])),

@@ -3,7 +3,7 @@
 -- the caller's instant or NULL, `$4` the worker, `$5` the key, `$6` at most this many (the
 -- claim's `max`). The queue's unexpired leases are a range of `occurrences_running_queue`.
 SELECT o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
-      v.payload, o.lease_until, o.claimed_at
+      COALESCE(o.payload, v.payload), o.lease_until, o.claimed_at
  FROM occurrences o
  LEFT JOIN schedule_versions v ON v.schedule_id = o.schedule_id AND v.version = o.version
 WHERE o.tenant_id = $1 AND o.queue = $2 AND o.state = 'RUNNING'

@@ -2,8 +2,9 @@
 -- The candidates themselves, locked, of the schedules locked (`$6`), with their payloads'
 -- sizes in bytes.
 SELECT seq, schedule_id, overlap, state, available_at, priority,
-      (SELECT octet_length(v.payload) FROM schedule_versions v
-        WHERE v.schedule_id = occurrences.schedule_id AND v.version = occurrences.version)
+      COALESCE(octet_length(payload),
+               (SELECT octet_length(v.payload) FROM schedule_versions v
+                 WHERE v.schedule_id = occurrences.schedule_id AND v.version = occurrences.version))
  FROM occurrences
 WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
   AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)

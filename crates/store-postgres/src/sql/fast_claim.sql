@@ -6,29 +6,31 @@
 -- bound in bytes ([`OccurrenceClaim::max_bytes`]).
 WITH ready AS (
        SELECT seq, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
-              NULL::text AS lost_owner, NULL::int8 AS lost_started, NULL::int8 AS lost_lease
+              NULL::text AS lost_owner, NULL::int8 AS lost_started, NULL::int8 AS lost_lease,
+              payload AS own_payload
          FROM occurrences
         WHERE tenant_id = $1 AND queue = $2 AND state IN ('READY', 'RETRY_WAIT') AND available_at <= $3
           AND overlap = 0 AND (SELECT COALESCE((SELECT MAX(alive_until) FROM planner_nodes) > COALESCE($7::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8), TRUE))
         ORDER BY priority DESC, available_at LIMIT $4
         FOR UPDATE SKIP LOCKED),
    expired AS (
-       SELECT seq, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until
+       SELECT seq, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until,
+              payload AS own_payload
          FROM occurrences
         WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= $3
           AND attempts < max_attempts AND NOT cancel_requested AND overlap = 0 AND (SELECT COALESCE((SELECT MAX(alive_until) FROM planner_nodes) > COALESCE($7::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8), TRUE))
         ORDER BY lease_until LIMIT $4
         FOR UPDATE SKIP LOCKED),
    ranked AS (
-       SELECT seq, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease,
+       SELECT seq, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease, own_payload,
               row_number() OVER (ORDER BY priority DESC, available_at, seq) AS rn
          FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
         ORDER BY priority DESC, available_at, seq LIMIT $4),
    sized AS (
        SELECT s.*, sum(bytes) OVER (PARTITION BY ord ORDER BY rn) AS upto
          FROM (SELECT k.seq, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
-                      1::int8 AS ord, v.payload,
-                      COALESCE(octet_length(v.payload), 0) + 512 AS bytes
+                      1::int8 AS ord, COALESCE(k.own_payload, v.payload) AS payload,
+                      COALESCE(octet_length(COALESCE(k.own_payload, v.payload)), 0) + 512 AS bytes
                  FROM ranked k
                  LEFT JOIN schedule_versions v ON v.schedule_id = k.schedule_id AND v.version = k.version) s),
    pick AS (
