@@ -58,6 +58,9 @@ pub struct ArchiveLine {
     /// `planned` (from the calendar) or `manual` (triggered by an operator).
     #[serde(default = "planned")]
     pub origin: String,
+    /// The run's own payload (JSON), when it was triggered with one in place of its version's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Box<RawValue>>,
     /// Its attempts, oldest first.
     pub attempts: Vec<ArchivedAttempt>,
 }
@@ -117,6 +120,11 @@ impl ArchiveLine {
             last_error: o.last_error.clone(),
             finished_at: o.finished_at,
             origin: o.origin.as_str().to_string(),
+            payload: r.payload.as_ref().and_then(|text| {
+                RawValue::from_string(text.replace(['\n', '\r'], " "))
+                    .or_else(|_| serde_json::value::to_raw_value(text))
+                    .ok()
+            }),
             attempts: r.detail.attempts.iter().map(ArchivedAttempt::of).collect(),
         }
     }

@@ -255,6 +255,7 @@ fn expected_line(d: &OccurrenceDetail) -> serde_json::Value {
         tenant: TenantId(0),
         tenant_name: "acme".into(),
         detail: d.clone(),
+        payload: None,
     };
     serde_json::to_value(ArchiveLine::of(&r)).unwrap()
 }
@@ -335,6 +336,47 @@ async fn archive_reads_back_what_was_removed(s: Arc<dyn Store>) {
         .copied();
     assert_eq!(archived_class, Some(20), "{:?}", r.counts);
     assert!(!r.has_problems(), "{r:?}");
+}
+
+/// A run triggered with its own payload is archived with it.
+async fn a_runs_own_payload_is_archived_with_it(s: Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = month_ago();
+    let (tenant, schedule) = tenant_and_schedule(s.as_ref(), "acme", t0).await;
+    // A later occurrence keeps the triggered run from being the schedule's latest.
+    history(s.as_ref(), tenant, schedule, t0, 0).await;
+    let own = r#"{"redo": "2026-11-03", "n": 12345678901234567890}"#;
+    let t = s
+        .schedule_trigger(ScheduleTrigger {
+            tenant,
+            id: schedule,
+            key: None,
+            payload: Some(own.into()),
+            now: Some(t0 + SignedDuration::from_secs(30)),
+        })
+        .await
+        .unwrap();
+    s.occurrence_cancel(OccurrenceCancel {
+        tenant,
+        occurrence_id: t.occurrence_id,
+        now: Some(t0 + SignedDuration::from_secs(31)),
+    })
+    .await
+    .unwrap();
+    let retention = Retention::new(Arc::clone(&s), config("n1", dir.path()));
+    let mut removed = 0;
+    loop {
+        let pass = retention.pass(None).await.unwrap();
+        removed += pass.closed.removed;
+        if pass.batch.is_none() && !pass.more {
+            break;
+        }
+    }
+    assert_eq!(removed, 1);
+    let lines = archived(dir.path());
+    let line = &lines[&t.occurrence_id.0.to_string()];
+    assert_eq!(line.origin, "manual");
+    assert_eq!(line.payload.as_ref().map(|p| p.get()), Some(own));
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
@@ -545,6 +587,12 @@ mod sqlite {
     }
 
     #[test]
+    fn a_runs_own_payload_is_archived_with_it() {
+        let (s, _dir) = store();
+        runtime().block_on(super::a_runs_own_payload_is_archived_with_it(s));
+    }
+
+    #[test]
     fn a_node_dying_mid_batch_leaves_it_to_be_finished() {
         let (s, _dir) = store();
         runtime().block_on(super::a_node_dying_mid_batch_leaves_it_to_be_finished(s));
@@ -592,6 +640,16 @@ mod postgres {
         let rt = runtime();
         let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
         rt.block_on(super::archive_reads_back_what_was_removed(Arc::new(s)));
+    }
+
+    #[test]
+    fn a_runs_own_payload_is_archived_with_it() {
+        let Some(url) = campanile_testkit::pg_url("retention payload test") else {
+            return;
+        };
+        let rt = runtime();
+        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
+        rt.block_on(super::a_runs_own_payload_is_archived_with_it(Arc::new(s)));
     }
 
     #[test]

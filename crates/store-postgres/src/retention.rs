@@ -172,6 +172,7 @@ async fn read_retired<C: GenericClient>(c: &C, ids: &[Uuid], now: i64) -> R<Vec<
                         occurrence,
                         attempts: Vec::new(),
                     },
+                    payload: row.get(31),
                 },
                 opt_ts(row.get(19))?,
                 Vec::new(),

@@ -163,7 +163,8 @@ pub(crate) fn read_retired(c: &Connection, ids: &[Uuid], now: i64) -> R<Vec<Reti
     let c: &Connection = &snapshot;
     let sql = format!(
         "SELECT {OCC_COLS}, claimed_at, tenant_id,
-                (SELECT name FROM tenants WHERE tenants.id = occurrences.tenant_id), origin
+                (SELECT name FROM tenants WHERE tenants.id = occurrences.tenant_id), origin,
+                payload
            FROM occurrences WHERE id = ?1"
     );
     let mut out = Vec::with_capacity(ids.len());
@@ -177,12 +178,13 @@ pub(crate) fn read_retired(c: &Connection, ids: &[Uuid], now: i64) -> R<Vec<Reti
                         r.get::<_, Option<i64>>(19)?,
                         r.get::<_, i64>(20)?,
                         r.get::<_, String>(21)?,
+                        r.get::<_, Option<String>>(23)?,
                     ))
                 })
                 .optional()
             })
             .map_err(db_err)?;
-        let Some((row, claimed_at, tenant, tenant_name)) = found else {
+        let Some((row, claimed_at, tenant, tenant_name, payload)) = found else {
             continue;
         };
         let (seq, occurrence) = row?;
@@ -198,6 +200,7 @@ pub(crate) fn read_retired(c: &Connection, ids: &[Uuid], now: i64) -> R<Vec<Reti
                 crate::db::opt_ts(claimed_at)?,
                 attempts,
             ),
+            payload,
         });
     }
     out.sort_by(|a, b| {

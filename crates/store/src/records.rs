@@ -69,6 +69,8 @@ pub struct Retired {
     pub tenant_name: String,
     /// The occurrence and its attempts, as stored when the batch read them.
     pub detail: OccurrenceDetail,
+    /// The run's own payload, when it was triggered with one.
+    pub payload: Option<String>,
 }
 
 /// A retention batch: occurrences chosen to leave the hot store, recorded (by id) before
