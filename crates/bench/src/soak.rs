@@ -231,7 +231,10 @@ async fn run_async(args: SoakArgs) -> Result<(), BenchError> {
                 let pass = retention.pass(None).await;
                 match &pass {
                     Ok(pass) => {
-                        removed.fetch_add(pass.closed.removed, Ordering::Relaxed);
+                        removed.fetch_add(
+                            pass.closed.removed + pass.day_closed.removed,
+                            Ordering::Relaxed,
+                        );
                         files.fetch_add(pass.files.len() as u64, Ordering::Relaxed);
                     }
                     Err(e) => tracing::warn!(error = %e, "soak retention pass failed"),

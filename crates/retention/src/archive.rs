@@ -192,6 +192,74 @@ impl Archive {
         Ok(written)
     }
 
+    /// Writes the rows of a day retention takes as a whole, chunk `chunk` of it, as
+    /// `<tenant>/<YYYY-MM-DD>/day-<chunk>.jsonl.gz` (fsynced, atomically renamed into place;
+    /// written again under the same name if the day is archived again).
+    ///
+    /// # Errors
+    ///
+    /// What the file system says.
+    pub fn write_day_chunk(&self, chunk: u64, items: &[Retired]) -> std::io::Result<Vec<PathBuf>> {
+        let mut files: BTreeMap<PathBuf, Vec<&Retired>> = BTreeMap::new();
+        for r in items {
+            let dir = self.day_dir(r);
+            files
+                .entry(dir.join(day_file_name(chunk)))
+                .or_default()
+                .push(r);
+        }
+        let mut written = Vec::with_capacity(files.len());
+        for (path, lines) in files {
+            write_file(&path, &lines)?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
+    /// Removes every chunk file of a day taken as a whole (`day-*.jsonl.gz` in each tenant's
+    /// directory of that date), before the day is archived again.
+    ///
+    /// # Errors
+    ///
+    /// What the file system says.
+    pub fn remove_day(&self, day: jiff::civil::Date) -> std::io::Result<()> {
+        let Ok(tenants) = std::fs::read_dir(&self.dir) else {
+            return Ok(()); // no archive yet
+        };
+        for tenant in tenants {
+            let dir = tenant?.path().join(day.to_string());
+            if !dir.is_dir() {
+                continue;
+            }
+            let mut removed = false;
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let file = entry.file_name();
+                let file = file.to_string_lossy();
+                if file.starts_with("day-")
+                    && (file.ends_with(".jsonl.gz") || file.ends_with(".tmp"))
+                {
+                    match std::fs::remove_file(entry.path()) {
+                        Ok(()) => removed = true,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if removed {
+                std::fs::File::open(&dir)?.sync_all()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn day_dir(&self, r: &Retired) -> PathBuf {
+        let day = jiff::tz::Offset::UTC
+            .to_datetime(r.detail.occurrence.scheduled_for)
+            .date();
+        self.dir.join(tenant_dir(r)).join(day.to_string())
+    }
+
     /// Removes every file of a batch given up, whichever node wrote it, and any temporary
     /// file a write of it left: a walk of the archive's tenant and day directories.
     ///
@@ -220,6 +288,10 @@ impl Archive {
         }
         Ok(())
     }
+}
+
+fn day_file_name(chunk: u64) -> String {
+    format!("day-{chunk}.jsonl.gz")
 }
 
 fn batch_file_name(batch: i64) -> String {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use campanile_store::{
-    ArchivedKey, RetentionBatchClose, RetentionBatchOpen, RetentionClosed, Store, StoreError,
+    ArchivedKey, OccurrenceDaysPrepare, RetentionBatchClose, RetentionBatchOpen, RetentionClosed,
+    RetentionDay, RetentionDayClose, RetentionDayClosed, RetentionDayOpen, RetentionDayRead, Store,
+    StoreError,
 };
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
@@ -106,6 +108,11 @@ pub struct Pass {
     /// Whether the scan stopped short of the youngest occurrence that could be due (or the
     /// batch was given up): the next pass should follow at once.
     pub more: bool,
+    /// The day taken out as a whole, if this pass worked on one (PostgreSQL); the other
+    /// fields but `more` and `files` then stay empty.
+    pub day: Option<String>,
+    /// What closing the day did.
+    pub day_closed: RetentionDayClosed,
 }
 
 /// Retention over one store.
@@ -150,6 +157,19 @@ impl Retention {
         now: Option<Timestamp>,
         step: Step,
     ) -> Result<Pass, RetentionError> {
+        // Whole days first, where the store keeps occurrences by day.
+        if let Some(day) = self
+            .store
+            .retention_day_open(RetentionDayOpen {
+                node: self.cfg.node.clone(),
+                default_retention: self.cfg.default_retention,
+                lease: self.cfg.lease,
+                now,
+            })
+            .await?
+        {
+            return self.day_pass(day, now, step).await;
+        }
         let after = *self.cursor.lock().unwrap_or_else(|e| e.into_inner());
         let scan = self
             .store
@@ -234,6 +254,100 @@ impl Retention {
         Ok(pass)
     }
 
+    /// Archives a day taken as a whole, a chunk at a time (its earlier files, if a node that
+    /// stopped wrote some, removed first), and closes it.
+    async fn day_pass(
+        &self,
+        day: RetentionDay,
+        now: Option<Timestamp>,
+        step: Step,
+    ) -> Result<Pass, RetentionError> {
+        let mut pass = Pass {
+            day: Some(day.name.clone()),
+            resumed: day.resumed,
+            chosen: usize::try_from(day.leaving).unwrap_or(usize::MAX),
+            more: true,
+            ..Pass::default()
+        };
+        if day.resumed {
+            tracing::info!(day = %day.name, "finishing a retention day a node left open");
+        }
+        if step == Step::Open {
+            return Ok(pass);
+        }
+        if !day.detached
+            && let Some(archive) = &self.cfg.archive
+        {
+            let date = jiff::tz::Offset::UTC.to_datetime(day.day).date();
+            let a = archive.clone();
+            tokio::task::spawn_blocking(move || a.remove_day(date))
+                .await
+                .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
+                .map_err(|e| archive_err(archive, e))?;
+            let mut after = None;
+            let mut chunk = 0_u64;
+            loop {
+                let items = self
+                    .store
+                    .retention_day_read(RetentionDayRead {
+                        name: day.name.clone(),
+                        after,
+                        limit: self.cfg.batch,
+                    })
+                    .await?;
+                let Some(last) = items.last() else { break };
+                after = Some(last.detail.occurrence.id);
+                let n = items.len() as u64;
+                let a = archive.clone();
+                let files = tokio::task::spawn_blocking(move || a.write_day_chunk(chunk, &items))
+                    .await
+                    .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
+                    .map_err(|e| archive_err(archive, e))?;
+                pass.files.extend(files);
+                metrics::counter!("campanile_retention_archived_total").increment(n);
+                chunk += 1;
+            }
+        }
+        if step == Step::Archive {
+            return Ok(pass);
+        }
+        pass.day_closed = self
+            .store
+            .retention_day_close(RetentionDayClose {
+                name: day.name.clone(),
+                node: self.cfg.node.clone(),
+                now,
+            })
+            .await?;
+        if pass.day_closed.redo {
+            tracing::info!(
+                day = %day.name,
+                "retention day archived again: a row was planned into it after it was decided"
+            );
+            pass.files.clear();
+        } else {
+            metrics::counter!("campanile_retention_removed_total")
+                .increment(pass.day_closed.removed);
+            metrics::counter!("campanile_retention_days_dropped_total").increment(1);
+        }
+        Ok(pass)
+    }
+
+    /// Creates the coming days' partitions where the store keeps occurrences by day.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub async fn prepare_days(&self) -> Result<u32, RetentionError> {
+        Ok(self
+            .store
+            .occurrence_days_prepare(OccurrenceDaysPrepare {
+                ahead: DAYS_AHEAD,
+                now: None,
+            })
+            .await?)
+    }
+
     /// Deletes every archive file of a batch given up (whichever node wrote it), then closes
     /// the batch, which forgets it. A node that dies in between leaves the batch marked, and
     /// the next pass does both again.
@@ -279,8 +393,26 @@ impl Retention {
     /// `idle`. A failed pass is logged and counted, and tried again after `idle`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
+            if let Err(e) = self.prepare_days().await {
+                metrics::counter!("campanile_retention_failures_total").increment(1);
+                tracing::warn!(error = %e, "the coming days' partitions were not created");
+            }
             let pass = self.pass(None).await;
             match &pass {
+                Ok(Pass {
+                    day: Some(day),
+                    day_closed,
+                    files,
+                    ..
+                }) if !day_closed.redo => {
+                    tracing::info!(
+                        day = %day,
+                        removed = day_closed.removed,
+                        kept = day_closed.kept,
+                        files = files.len(),
+                        "retention: a whole day archived and its partition dropped"
+                    );
+                }
                 Ok(pass) if pass.closed.removed > 0 => {
                     tracing::debug!(
                         batch = pass.batch,
@@ -306,6 +438,9 @@ impl Retention {
         }
     }
 }
+
+/// Days after today whose partitions each pass makes sure of (PostgreSQL).
+const DAYS_AHEAD: u32 = 3;
 
 /// Where [`Retention::pass_until`] stops.
 #[doc(hidden)]

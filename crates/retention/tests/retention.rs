@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use campanile_core::{ErrorClass, OccurrenceState, ScheduleId, occurrence_id};
+use campanile_core::{ErrorClass, OccurrenceId, OccurrenceState, ScheduleId, occurrence_id};
 use campanile_retention::{Archive, ArchiveLine, Retention, RetentionConfig, Step, read_file};
 use campanile_store::*;
 use jiff::{SignedDuration, Timestamp};
@@ -379,6 +379,197 @@ async fn a_runs_own_payload_is_archived_with_it(s: Arc<dyn Store>) {
     assert_eq!(line.payload.as_ref().map(|p| p.get()), Some(own));
 }
 
+/// A one-off run of a new schedule of `tenant` at `at`, canceled: final, and its schedule's
+/// only (so latest) occurrence.
+async fn lone_run(s: &dyn Store, tenant: TenantId, at: Timestamp) -> OccurrenceId {
+    let schedule = ScheduleId(uuid::Uuid::now_v7());
+    s.schedule_create(ScheduleCreate {
+        tenant,
+        id: schedule,
+        spec: spec(),
+        shard: 0,
+        next_run_at: None,
+        fires_per_hour: 0,
+        idempotency: None,
+        now: Some(at),
+    })
+    .await
+    .unwrap();
+    s.occurrence_insert_many(OccurrenceInsertMany {
+        tenant,
+        items: vec![new_occ(schedule, at, OccurrenceState::Ready)],
+        now: Some(at),
+    })
+    .await
+    .unwrap();
+    let id = occurrence_id(schedule, 1, at);
+    s.occurrence_cancel(OccurrenceCancel {
+        tenant,
+        occurrence_id: id,
+        now: Some(at),
+    })
+    .await
+    .unwrap();
+    id
+}
+
+/// Where occurrences are kept by day (PostgreSQL), a day whose whole span is past the default
+/// retention leaves at once: sealed (a redrive of one of its dead letters is refused), its
+/// rows archived line for line, counted in the rollups, and its partition dropped; the rows
+/// that must stay (a schedule's latest run, a tenant's that keeps history forever) stay. A
+/// node that dies after writing the archive leaves the day to another, which writes it again
+/// without a line twice.
+async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let midnight = (Timestamp::now().as_second() / DAY - 30) * DAY;
+    let t0 = Timestamp::from_second(midnight + 3600).unwrap();
+    let created = s
+        .occurrence_days_prepare(OccurrenceDaysPrepare {
+            ahead: 0,
+            now: Some(t0),
+        })
+        .await
+        .unwrap();
+    assert_eq!(created, 2, "the day before and the day itself");
+    let (tenant, schedule) = tenant_and_schedule(s.as_ref(), "acme", t0).await;
+    history(s.as_ref(), tenant, schedule, t0, 20).await;
+    let before = details(s.as_ref(), tenant, schedule).await;
+    assert_eq!(before.len(), 21);
+    let lone = lone_run(s.as_ref(), tenant, t0 + SignedDuration::from_secs(1800)).await;
+    let (keeper, _) = tenant_and_schedule(s.as_ref(), "keeper", t0).await;
+    s.tenant_retention_set(TenantRetentionSet {
+        tenant: keeper,
+        retention: campanile_store::Retention::Forever,
+    })
+    .await
+    .unwrap();
+    let kept = lone_run(s.as_ref(), keeper, t0 + SignedDuration::from_secs(2400)).await;
+
+    let day_name = |t: Timestamp| {
+        let date = jiff::tz::Offset::UTC.to_datetime(t).date();
+        format!(
+            "occurrences_{:04}{:02}{:02}",
+            date.year(),
+            date.month(),
+            date.day()
+        )
+    };
+    let first = Retention::new(Arc::clone(&s), config("n1", dir.path()));
+    // The day before, empty, goes first.
+    let empty = first.pass(None).await.unwrap();
+    assert_eq!(
+        empty.day,
+        Some(day_name(t0 - SignedDuration::from_secs(DAY)))
+    );
+    assert_eq!((empty.day_closed.removed, empty.day_closed.kept), (0, 0));
+    let opened = first.pass_until(None, Step::Open).await.unwrap();
+    let name = day_name(t0);
+    assert_eq!(opened.day.as_deref(), Some(name.as_str()));
+    assert_eq!(opened.chosen, 20, "all but the two that stay");
+    let dead = before
+        .iter()
+        .find(|d| d.occurrence.state == OccurrenceState::Dead)
+        .unwrap();
+    let refused = s
+        .occurrence_redrive(OccurrenceRedrive {
+            tenant,
+            occurrence_id: dead.occurrence.id,
+            now: None,
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::WrongState(_))),
+        "{refused:?}"
+    );
+    let written = first.pass_until(None, Step::Archive).await.unwrap();
+    assert!(!written.files.is_empty());
+    // The node stops there; another takes the day over when its lease has passed.
+    let second = Retention::new(Arc::clone(&s), config("n2", dir.path()));
+    let early = second.pass(None).await.unwrap();
+    assert_eq!(early.day, None, "the first node's lease holds");
+    let later = Timestamp::now() + SignedDuration::from_secs(120);
+    let pass = second.pass(Some(later)).await.unwrap();
+    assert_eq!(pass.day.as_deref(), Some(name.as_str()));
+    assert!(pass.resumed);
+    assert_eq!(
+        (
+            pass.day_closed.removed,
+            pass.day_closed.kept,
+            pass.day_closed.redo
+        ),
+        (20, 2, false)
+    );
+    assert_eq!(
+        pass.day_closed.attempts_removed,
+        5 * 3 + 5,
+        "the failed tries"
+    );
+    let lines = archived(dir.path());
+    assert_eq!(lines.len(), 20);
+    for d in before
+        .iter()
+        .filter(|d| d.occurrence.scheduled_for < t0 + SignedDuration::from_secs(DAY))
+    {
+        let line = &lines[&d.occurrence.id.0.to_string()];
+        assert_eq!(serde_json::to_value(line).unwrap(), expected_line(d));
+    }
+    let rollups = s
+        .rollup_list(RollupList {
+            tenant,
+            schedule_id: schedule,
+        })
+        .await
+        .unwrap();
+    let counts: BTreeMap<&str, u64> = rollups
+        .iter()
+        .map(|r| (r.state.as_str(), r.count))
+        .collect();
+    assert_eq!(
+        counts,
+        BTreeMap::from([("SUCCEEDED", 10), ("DEAD", 5), ("CANCELED", 5)])
+    );
+    // What stays is where it was, readable as before; the latest of the history too.
+    for (t, id) in [(tenant, lone), (keeper, kept)] {
+        let got = s
+            .occurrence_get(OccurrenceGet {
+                tenant: t,
+                key: OccurrenceKey::Id(id),
+                now: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            got.map(|d| d.occurrence.state),
+            Some(OccurrenceState::Canceled)
+        );
+    }
+    assert_eq!(details(s.as_ref(), tenant, schedule).await.len(), 1);
+    // Reconcile over the day: every instant accounted for.
+    let range = campanile_planner::reconcile::Range {
+        from: t0,
+        to: t0 + SignedDuration::from_secs(20 * 60),
+        now: Timestamp::now(),
+        max_instants: 1000,
+        stall_after: SignedDuration::from_secs(600),
+    };
+    let r = campanile_planner::reconcile::reconcile(s.as_ref(), tenant, schedule, &range)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.counts
+            .get(&campanile_planner::reconcile::Class::Archived)
+            .copied(),
+        Some(20),
+        "{:?}",
+        r.counts
+    );
+    assert!(!r.has_problems(), "{r:?}");
+    // The day is gone: nothing more to take, and a dead letter of it is no more.
+    let after = second.pass(Some(later)).await.unwrap();
+    assert_eq!(after.day, None);
+    assert_eq!(after.closed.removed, 0);
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -650,6 +841,16 @@ mod postgres {
         let rt = runtime();
         let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
         rt.block_on(super::a_runs_own_payload_is_archived_with_it(Arc::new(s)));
+    }
+
+    #[test]
+    fn a_whole_day_leaves_at_once() {
+        let Some(url) = campanile_testkit::pg_url("retention day test") else {
+            return;
+        };
+        let rt = runtime();
+        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
+        rt.block_on(super::a_whole_day_leaves_at_once(Arc::new(s)));
     }
 
     #[test]

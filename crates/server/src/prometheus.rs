@@ -162,6 +162,14 @@ pub const METRICS: &[(&str, &str)] = &[
         "Retention batches given up because an occurrence in them changed (a redrive) after it was archived; their archive files are deleted and the rest is chosen again.",
     ),
     (
+        "campanile_retention_days_dropped_total",
+        "Days of occurrences taken out whole by retention (PostgreSQL): archived, survivors moved to the default partition, partition dropped.",
+    ),
+    (
+        "campanile_retention_days_held_total",
+        "Attempts to take a day out whole that found work or a delivery still pending in it (PostgreSQL); the day is then left to row-by-row retention.",
+    ),
+    (
         "campanile_retention_failures_total",
         "Retention passes that failed (archive not writable, database errors); nothing is removed by a failed pass.",
     ),

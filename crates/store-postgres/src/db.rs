@@ -82,6 +82,10 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
     let message = pg_message(&e);
     match e.code() {
         Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::AlreadyExists(message),
+        // A row of a day retention is archiving (`campanile_sealed_day`).
+        Some(c) if *c == SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE => {
+            StoreError::WrongState(message)
+        }
         Some(c)
             if *c == SqlState::ADMIN_SHUTDOWN
                 || *c == SqlState::CANNOT_CONNECT_NOW

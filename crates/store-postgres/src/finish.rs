@@ -44,7 +44,7 @@ pub(crate) const FINISH_SUCCESSES: &str = "
                 SET state = 'SUCCEEDED', result = COALESCE(cur.result, o.result), finished_at = clk.now,
                     ran_until = clk.now
                FROM cur, clk
-              WHERE o.seq = cur.seq AND cur.state = 'RUNNING' AND cur.owner = cur.worker AND cur.epoch = cur.sent
+              WHERE o.seq = cur.seq AND o.id = cur.id AND cur.state = 'RUNNING' AND cur.owner = cur.worker AND cur.epoch = cur.sent
                 AND cur.lease_until > clk.now
              RETURNING o.seq, o.epoch)
     SELECT cur.seq, cur.id, cur.state, cur.owner, cur.epoch, cur.lease_until, cur.available_at, cur.attempts,

@@ -25,13 +25,13 @@ pub(crate) async fn lease_renew(c: &Client, p: LeaseRenew) -> R<Vec<Renewal>> {
         c,
         "WITH l AS (SELECT * FROM unnest($4::uuid[], $6::int8[]) AS l(id, epoch)),
               cur AS (
-                  SELECT o.seq, l.epoch AS sent FROM occurrences o JOIN l ON o.id = l.id
+                  SELECT o.seq, o.id, l.epoch AS sent FROM occurrences o JOIN l ON o.id = l.id
                    WHERE o.tenant_id = $1
                    ORDER BY o.seq
                      FOR UPDATE OF o)
          UPDATE occurrences o SET lease_until = $3 + COALESCE($5::int8, o.lease_ms)
            FROM cur
-          WHERE o.seq = cur.seq AND o.epoch = cur.sent AND o.owner = $2
+          WHERE o.seq = cur.seq AND o.id = cur.id AND o.epoch = cur.sent AND o.owner = $2
             AND o.state = 'RUNNING' AND o.lease_until > $3
          RETURNING o.id, o.epoch, o.cancel_requested, o.lease_until",
         &[&p.tenant.0, &p.worker_id, &now, &ids, &lease, &epochs],

@@ -28,6 +28,7 @@ mod planning;
 mod queue;
 mod relay;
 mod retention;
+mod retention_day;
 mod schedule;
 mod tenant;
 mod trigger;
@@ -114,13 +115,18 @@ pub struct Autovacuum {
     pub table: bool,
 }
 
-/// Whether autovacuum covers the occurrences table of the connection's schema.
+/// Days after today whose partitions a store creates when it connects.
+const DAYS_AHEAD: u32 = 3;
+
+/// Whether autovacuum covers the occurrences table of the connection's schema: each of its
+/// partitions.
 async fn autovacuum(c: &tokio_postgres::Client) -> Result<Autovacuum, StoreError> {
     let row = c
         .query_one(
             "SELECT current_setting('autovacuum')::bool,
-                    NOT EXISTS (SELECT 1 FROM pg_class, pg_options_to_table(reloptions) AS o
-                                 WHERE oid = 'occurrences'::regclass
+                    NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid,
+                                       pg_options_to_table(k.reloptions) AS o
+                                 WHERE i.inhparent = 'occurrences'::regclass
                                    AND option_name = 'autovacuum_enabled'
                                    AND NOT option_value::bool)",
             &[],
@@ -232,6 +238,16 @@ impl PgStore {
                 .map_err(pg_err)?;
         }
         migrate::apply(&mut client).await?;
+        // The coming days' partitions, before any row is planned into them (a node's
+        // retention keeps creating them ahead).
+        retention_day::days_prepare(
+            &mut client,
+            OccurrenceDaysPrepare {
+                ahead: DAYS_AHEAD,
+                now: None,
+            },
+        )
+        .await?;
         match autovacuum(&client).await {
             Ok(a) if a.server && a.table => {}
             Ok(_) => tracing::warn!(
@@ -675,6 +691,28 @@ impl Store for PgStore {
         p: RetentionBatchClose,
     ) -> Result<RetentionClosed, StoreError> {
         retention::batch_close(&mut self.client().await?, p).await
+    }
+
+    async fn occurrence_days_prepare(&self, p: OccurrenceDaysPrepare) -> Result<u32, StoreError> {
+        retention_day::days_prepare(&mut self.client().await?, p).await
+    }
+
+    async fn retention_day_open(
+        &self,
+        p: RetentionDayOpen,
+    ) -> Result<Option<RetentionDay>, StoreError> {
+        retention_day::day_open(&mut self.client().await?, p).await
+    }
+
+    async fn retention_day_read(&self, p: RetentionDayRead) -> Result<Vec<Retired>, StoreError> {
+        retention_day::day_read(&self.client().await?, p).await
+    }
+
+    async fn retention_day_close(
+        &self,
+        p: RetentionDayClose,
+    ) -> Result<RetentionDayClosed, StoreError> {
+        retention_day::day_close(&mut self.client().await?, p).await
     }
 
     async fn rollup_list(&self, p: RollupList) -> Result<Vec<Rollup>, StoreError> {

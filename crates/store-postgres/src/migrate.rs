@@ -113,6 +113,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "trigger_payload",
         include_str!("../migrations/0022_trigger_payload.sql"),
     ),
+    (
+        23,
+        "occurrences_by_day",
+        include_str!("../migrations/0023_occurrences_by_day.sql"),
+    ),
 ];
 
 /// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the

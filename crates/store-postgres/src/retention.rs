@@ -149,7 +149,11 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Reten
 }
 
 /// The batch's occurrences still final, with their attempts and tenants, in one statement.
-async fn read_retired<C: GenericClient>(c: &C, ids: &[Uuid], now: i64) -> R<Vec<Retired>> {
+pub(crate) async fn read_retired<C: GenericClient>(
+    c: &C,
+    ids: &[Uuid],
+    now: i64,
+) -> R<Vec<Retired>> {
     let rows = query(c, READ, &[&ids]).await?;
     let mut out: Vec<Retired> = Vec::new();
     let mut current: Option<(i64, Retired, Option<jiff::Timestamp>, Vec<Attempt>)> = None;

@@ -36,13 +36,25 @@ pub(crate) async fn schedule_trigger(c: &mut Client, p: ScheduleTrigger) -> R<Tr
         return Err(rules::trigger_collides());
     }
     let id = occurrence_id(p.id, rec.version, at);
-    let marked = execute(
+    execute(
         &tx,
         "UPDATE occurrences SET origin = 'manual', trigger_key = $2, payload = $3 WHERE id = $1",
         &[&id.0, &p.key, &p.payload],
     )
-    .await;
-
+    .await?;
+    // The key, unique per schedule (its own table: occurrences are partitioned by day, and a
+    // unique index of theirs can only be per day).
+    let marked = match &p.key {
+        Some(key) => execute(
+            &tx,
+            "INSERT INTO occurrence_triggers (schedule_id, trigger_key, occurrence_id)
+             VALUES ($1, $2, $3)",
+            &[&p.id.0, key, &id.0],
+        )
+        .await
+        .map(|_| ()),
+        None => Ok(()),
+    };
     match marked {
         Ok(_) => {}
         // The same key, triggered at the same time by another request that committed first.
@@ -66,7 +78,9 @@ async fn by_key<C: GenericClient>(c: &C, p: &ScheduleTrigger) -> R<Option<Trigge
     };
     let rows = query(
         c,
-        "SELECT id, scheduled_for, payload FROM occurrences WHERE schedule_id = $1 AND trigger_key = $2",
+        "SELECT o.id, o.scheduled_for, o.payload
+           FROM occurrence_triggers k JOIN occurrences o ON o.id = k.occurrence_id
+          WHERE k.schedule_id = $1 AND k.trigger_key = $2",
         &[&p.id.0, key],
     )
     .await?;

@@ -139,15 +139,15 @@ fn tells_whether_autovacuum_covers_the_occurrences_table() {
         assert_eq!(store.autovacuum().await.expect("check"), on);
         for off in ["false", "off"] {
             c.batch_execute(&format!(
-                "ALTER TABLE {schema}.occurrences SET (autovacuum_enabled = {off})"
+                "ALTER TABLE {schema}.occurrences_default SET (autovacuum_enabled = {off})"
             ))
             .await
-            .expect("turn autovacuum off for the table");
+            .expect("turn autovacuum off for a partition of the table");
             let a = store.autovacuum().await.expect("check");
             assert_eq!(a, Autovacuum { table: false, ..on }, "{off}");
         }
         c.batch_execute(&format!(
-            "ALTER TABLE {schema}.occurrences SET (autovacuum_enabled = true)"
+            "ALTER TABLE {schema}.occurrences_default SET (autovacuum_enabled = true)"
         ))
         .await
         .expect("turn it back on");

@@ -321,6 +321,52 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         p: RetentionBatchClose,
     ) -> Result<RetentionClosed, StoreError>;
 
+    /// Creates the day partitions of occurrences from yesterday to `ahead` days after today
+    /// where the backend partitions them (PostgreSQL), moving into each the rows the default
+    /// partition held for its day; how many it created. Nothing on a backend that does not.
+    async fn occurrence_days_prepare(&self, p: OccurrenceDaysPrepare) -> Result<u32, StoreError> {
+        let _ = p;
+        Ok(0)
+    }
+
+    /// Takes the oldest day partition whose whole day is past the operator's default
+    /// retention out of the hot store as a whole, one step per call, where the backend
+    /// partitions occurrences (PostgreSQL; `None` elsewhere, and when no day is due or another
+    /// node holds the day in progress). Steps: the day is sealed (its rows refuse any change
+    /// from then on; a day with work still pending or a delivery pending is left to row-by-row
+    /// retention), then decided (which rows stay — [`RetentionDay::survivors`] — and what the
+    /// rest adds to the rollups). The caller archives the rest ([`Store::retention_day_read`])
+    /// and closes the day ([`Store::retention_day_close`]). A day left by a node that stopped
+    /// is handed back when its lease passes, at the step it reached.
+    async fn retention_day_open(
+        &self,
+        p: RetentionDayOpen,
+    ) -> Result<Option<RetentionDay>, StoreError> {
+        let _ = p;
+        Ok(None)
+    }
+
+    /// The next rows of an open day to archive (all but its survivors), in id order after
+    /// `after`, at most `limit`, with their attempts and tenants.
+    async fn retention_day_read(&self, p: RetentionDayRead) -> Result<Vec<Retired>, StoreError> {
+        let _ = p;
+        Ok(Vec::new())
+    }
+
+    /// Closes an archived day: detaches its partition, moves its survivors to the default
+    /// partition and adds the rest to the rollups in one transaction, then removes the rest's
+    /// attempts and settled deliveries and drops the partition. If a row was planned into the
+    /// day after it was decided, nothing is removed and the day is decided again
+    /// ([`RetentionDayClosed::redo`]): the caller archives it anew. `WrongState` if the day is
+    /// not open or not this node's.
+    async fn retention_day_close(
+        &self,
+        p: RetentionDayClose,
+    ) -> Result<RetentionDayClosed, StoreError> {
+        let _ = p;
+        Ok(RetentionDayClosed::default())
+    }
+
     /// What retention left of a schedule's history, by version, day and state.
     async fn rollup_list(&self, p: RollupList) -> Result<Vec<Rollup>, StoreError>;
 

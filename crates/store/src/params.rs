@@ -817,6 +817,50 @@ pub struct RetentionBatchOpen {
     pub now: Option<Timestamp>,
 }
 
+/// Params of [`crate::Store::occurrence_days_prepare`].
+#[derive(Debug, Clone, Default)]
+pub struct OccurrenceDaysPrepare {
+    /// Days after today to prepare.
+    pub ahead: u32,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::retention_day_open`].
+#[derive(Debug, Clone)]
+pub struct RetentionDayOpen {
+    /// The node taking the day: its owner until it is closed or its lease ends.
+    pub node: String,
+    /// The operator's default retention (`None`: forever, and no day is ever taken whole).
+    pub default_retention: Option<SignedDuration>,
+    /// How long the day stays this node's.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Params of [`crate::Store::retention_day_read`].
+#[derive(Debug, Clone)]
+pub struct RetentionDayRead {
+    /// The day ([`crate::RetentionDay::name`]).
+    pub name: String,
+    /// Rows after this id (`None`: from the first).
+    pub after: Option<campanile_core::OccurrenceId>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// Params of [`crate::Store::retention_day_close`].
+#[derive(Debug, Clone)]
+pub struct RetentionDayClose {
+    /// The day ([`crate::RetentionDay::name`]).
+    pub name: String,
+    /// The node that holds it.
+    pub node: String,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
+}
+
 /// Params of [`crate::Store::retention_batch_close`].
 #[derive(Debug, Clone)]
 pub struct RetentionBatchClose {

@@ -105,6 +105,39 @@ pub struct RetentionScan {
     pub busy: bool,
 }
 
+/// A day of occurrences retention takes out as a whole ([`crate::Store::retention_day_open`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionDay {
+    /// Its partition's name (`occurrences_YYYYMMDD`), which reads and the close name.
+    pub name: String,
+    /// Its UTC midnight.
+    pub day: Timestamp,
+    /// Whether a node that stopped left it open.
+    pub resumed: bool,
+    /// Whether it is archived and detached already (only its clean-up is left: nothing to
+    /// archive again).
+    pub detached: bool,
+    /// Rows to archive.
+    pub leaving: u64,
+    /// Rows that stay (moved to the default partition): their schedule's latest, or their
+    /// tenant keeps history longer than the operator's default (or forever).
+    pub survivors: u64,
+}
+
+/// What [`crate::Store::retention_day_close`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionDayClosed {
+    /// Occurrences that left with the day, each counted in the rollups.
+    pub removed: u64,
+    /// Occurrences moved to the default partition.
+    pub kept: u64,
+    /// Attempt rows removed with them.
+    pub attempts_removed: u64,
+    /// Whether a row was planned into the day after it was decided: nothing was removed, and
+    /// the day is decided again, to be archived anew.
+    pub redo: bool,
+}
+
 /// What [`crate::Store::retention_batch_close`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RetentionClosed {

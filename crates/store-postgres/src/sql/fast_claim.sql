@@ -5,7 +5,7 @@
 -- liveness gate (sql/README.md), `$8` the claim's key or NULL, `$9` the answer's size
 -- bound in bytes ([`OccurrenceClaim::max_bytes`]).
 WITH ready AS (
-       SELECT seq, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
+       SELECT seq, id, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
               NULL::text AS lost_owner, NULL::int8 AS lost_started, NULL::int8 AS lost_lease,
               payload AS own_payload
          FROM occurrences
@@ -14,7 +14,7 @@ WITH ready AS (
         ORDER BY priority DESC, available_at LIMIT $4
         FOR UPDATE SKIP LOCKED),
    expired AS (
-       SELECT seq, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until,
+       SELECT seq, id, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until,
               payload AS own_payload
          FROM occurrences
         WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= $3
@@ -22,19 +22,19 @@ WITH ready AS (
         ORDER BY lease_until LIMIT $4
         FOR UPDATE SKIP LOCKED),
    ranked AS (
-       SELECT seq, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease, own_payload,
+       SELECT seq, id, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease, own_payload,
               row_number() OVER (ORDER BY priority DESC, available_at, seq) AS rn
          FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
         ORDER BY priority DESC, available_at, seq LIMIT $4),
    sized AS (
        SELECT s.*, sum(bytes) OVER (PARTITION BY ord ORDER BY rn) AS upto
-         FROM (SELECT k.seq, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
+         FROM (SELECT k.seq, k.id, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
                       1::int8 AS ord, COALESCE(k.own_payload, v.payload) AS payload,
                       COALESCE(octet_length(COALESCE(k.own_payload, v.payload)), 0) + 512 AS bytes
                  FROM ranked k
                  LEFT JOIN schedule_versions v ON v.schedule_id = k.schedule_id AND v.version = k.version) s),
    pick AS (
-       SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload
+       SELECT seq, id, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload
          FROM sized WHERE upto = bytes OR upto <= $9),
    lost AS (
        INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
@@ -53,7 +53,7 @@ WHERE attempts.outcome = 'running'),
               available_at = CASE WHEN pick.lost_epoch IS NOT NULL
                                   THEN GREATEST(o.available_at, pick.lost_lease)
                                   ELSE o.available_at END
-         FROM pick WHERE o.seq = pick.seq
+         FROM pick WHERE o.seq = pick.seq AND o.id = pick.id
        RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
                  o.lease_until, NULL::int8 AS tag, pick.payload),
    claimed AS (

@@ -32,7 +32,7 @@ WITH clk0 AS (SELECT COALESCE($3::int8, (extract(epoch FROM clock_timestamp()) *
                             AND lease_until <= (SELECT now FROM clk) AND overlap <> 0
                             AND attempts < max_attempts AND NOT cancel_requested)) AS due),
    ready AS (
-       SELECT seq, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
+       SELECT seq, id, schedule_id, version, priority, available_at, NULL::int8 AS lost_epoch,
               NULL::text AS lost_owner, NULL::int8 AS lost_started, NULL::int8 AS lost_lease,
               payload AS own_payload
          FROM occurrences
@@ -41,7 +41,7 @@ WITH clk0 AS (SELECT COALESCE($3::int8, (extract(epoch FROM clock_timestamp()) *
         ORDER BY priority DESC, available_at LIMIT $4
         FOR UPDATE SKIP LOCKED),
    expired AS (
-       SELECT seq, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until,
+       SELECT seq, id, schedule_id, version, priority, available_at, epoch, owner, claimed_at, lease_until,
               payload AS own_payload
          FROM occurrences
         WHERE tenant_id = $1 AND queue = $2 AND state = 'RUNNING' AND lease_until <= (SELECT now FROM clk)
@@ -49,22 +49,22 @@ WITH clk0 AS (SELECT COALESCE($3::int8, (extract(epoch FROM clock_timestamp()) *
         ORDER BY lease_until LIMIT $4
         FOR UPDATE SKIP LOCKED),
    ranked AS (
-       SELECT seq, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease, own_payload,
+       SELECT seq, id, schedule_id, version, lost_epoch, lost_owner, lost_started, lost_lease, own_payload,
               row_number() OVER (ORDER BY priority DESC, available_at, seq) AS rn
          FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
         ORDER BY priority DESC, available_at, seq LIMIT $4),
    sized AS (
        SELECT s.*, sum(bytes) OVER (PARTITION BY ord ORDER BY rn) AS upto
-         FROM (SELECT k.seq, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
+         FROM (SELECT k.seq, k.id, k.lost_epoch, k.lost_owner, k.lost_started, k.lost_lease, k.rn,
                       ($7::int8[])[k.rn] AS ord, COALESCE(k.own_payload, v.payload) AS payload,
                       COALESCE(octet_length(COALESCE(k.own_payload, v.payload)), 0) + 512 AS bytes
                  FROM ranked k
                  LEFT JOIN schedule_versions v ON v.schedule_id = k.schedule_id AND v.version = k.version) s),
    cand AS (
-       SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload
+       SELECT seq, id, lost_epoch, lost_owner, lost_started, lost_lease, rn, ord, payload
          FROM sized WHERE upto = bytes OR upto <= ($9::int8[])[ord]),
    pick AS (
-       SELECT seq, lost_epoch, lost_owner, lost_started, lost_lease, ord, payload,
+       SELECT seq, id, lost_epoch, lost_owner, lost_started, lost_lease, ord, payload,
               ($5::text[])[ord] AS claimant, ($6::int8[])[ord] AS lease_ms,
               ($8::uuid[])[ord] AS claim_key
          FROM cand),
@@ -85,7 +85,7 @@ WHERE attempts.outcome = 'running'),
               available_at = CASE WHEN pick.lost_epoch IS NOT NULL
                                   THEN GREATEST(o.available_at, pick.lost_lease)
                                   ELSE o.available_at END
-         FROM pick WHERE o.seq = pick.seq
+         FROM pick WHERE o.seq = pick.seq AND o.id = pick.id
        RETURNING o.seq, o.id, o.schedule_id, o.version, o.scheduled_for, o.available_at, o.epoch, o.attempts,
                  o.lease_until, pick.ord AS tag, pick.payload),
    claimed AS (
