@@ -22,6 +22,18 @@ pub(crate) async fn tenant_retention_set(c: &Client, p: TenantRetentionSet) -> R
     Ok(())
 }
 
+/// Takes the `retention_lock` row for the transaction: one retention step at a time across
+/// nodes (batches and whole days alike).
+pub(crate) async fn lock_retention<C: GenericClient>(c: &C) -> R<()> {
+    execute(
+        c,
+        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
+        &[],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Occurrences retention may take, oldest first: see `sql/retention_eligible.sql`.
 const ELIGIBLE: &str = include_str!("sql/retention_eligible.sql");
 
@@ -36,12 +48,7 @@ pub(crate) async fn batch_open(c: &mut Client, p: RetentionBatchOpen) -> R<Reten
     let tx = c.transaction().await.map_err(pg_err)?;
     let now = resolve_now(&tx, p.now).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
-    execute(
-        &tx,
-        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
-        &[],
-    )
-    .await?;
+    lock_retention(&tx).await?;
     let open = query(
         &tx,
         "SELECT id, owner, lease_until, ids, abandoned FROM retention_batches ORDER BY id LIMIT 1",
@@ -197,12 +204,7 @@ pub(crate) async fn read_retired<C: GenericClient>(
 
 pub(crate) async fn batch_close(c: &mut Client, p: RetentionBatchClose) -> R<RetentionClosed> {
     let tx = c.transaction().await.map_err(pg_err)?;
-    execute(
-        &tx,
-        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
-        &[],
-    )
-    .await?;
+    lock_retention(&tx).await?;
     let open = query(
         &tx,
         "SELECT owner, ids, abandoned FROM retention_batches WHERE id = $1",

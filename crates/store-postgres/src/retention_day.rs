@@ -15,6 +15,7 @@ use deadpool_postgres::{Client, GenericClient, Transaction};
 use uuid::Uuid;
 
 use crate::db::{R, dur_ms, execute, pg_err, query, resolve_now, ts};
+use crate::retention::lock_retention;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -115,12 +116,7 @@ pub(crate) async fn day_open(c: &mut Client, p: RetentionDayOpen) -> R<Option<Re
     let now = resolve_now(&*c, p.now).await?;
     let lease_until = now.saturating_add(dur_ms(p.lease));
     let tx = c.transaction().await.map_err(pg_err)?;
-    execute(
-        &tx,
-        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
-        &[],
-    )
-    .await?;
+    lock_retention(&tx).await?;
     let open = query(
         &tx,
         "SELECT name, owner, lease_until, state FROM retention_days ORDER BY day LIMIT 1",
@@ -193,12 +189,7 @@ async fn seal(
 ) -> R<Option<RetentionDay>> {
     let name = checked(name)?;
     let tx = c.transaction().await.map_err(pg_err)?;
-    execute(
-        &tx,
-        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
-        &[],
-    )
-    .await?;
+    lock_retention(&tx).await?;
     let busy = query(
         &tx,
         "SELECT 1 FROM retention_days UNION ALL SELECT 1 FROM retention_batches LIMIT 1",
@@ -253,12 +244,7 @@ async fn seal(
     .await?;
     tx.commit().await.map_err(pg_err)?;
     let tx = c.transaction().await.map_err(pg_err)?;
-    execute(
-        &tx,
-        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
-        &[],
-    )
-    .await?;
+    lock_retention(&tx).await?;
     decide(&tx, name, now, default).await?;
     let sealed = described(&tx, name, false).await?;
     tx.commit().await.map_err(pg_err)?;
@@ -351,12 +337,7 @@ pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<Retenti
     let name = checked(&p.name)?.to_string();
     let name = name.as_str();
     let tx = c.transaction().await.map_err(pg_err)?;
-    execute(
-        &tx,
-        "SELECT id FROM retention_lock WHERE id = 1 FOR UPDATE",
-        &[],
-    )
-    .await?;
+    lock_retention(&tx).await?;
     let rows = query(
         &tx,
         "SELECT owner, state, max_seq, COALESCE(archived, 0), COALESCE(cardinality(survivors), 0)
