@@ -685,10 +685,24 @@ fn retention_child_run(s: Arc<dyn Store>, dir: &Path) {
     });
 }
 
-fn sigkill_mid_retention(s: Arc<dyn Store>, child: &str, env: &[(&str, String)]) {
+/// Kills a child process running retention over and over, at a different point each round,
+/// then lets a last node finish: every removed occurrence is archived once and counted once.
+/// `by_day`: the history is in a day partition of its own (PostgreSQL), which leaves whole.
+fn sigkill_mid_retention(s: Arc<dyn Store>, child: &str, env: &[(&str, String)], by_day: bool) {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let t0 = month_ago();
+    let t0 = if by_day {
+        let midnight = (Timestamp::now().as_second() / DAY - 30) * DAY;
+        let t0 = Timestamp::from_second(midnight + 3600).unwrap();
+        rt.block_on(s.occurrence_days_prepare(OccurrenceDaysPrepare {
+            ahead: 0,
+            now: Some(t0),
+        }))
+        .unwrap();
+        t0
+    } else {
+        month_ago()
+    };
     let n = 240;
     let (tenant, schedule) = rt.block_on(async {
         let (tenant, schedule) = tenant_and_schedule(s.as_ref(), "acme", t0).await;
@@ -720,15 +734,22 @@ fn sigkill_mid_retention(s: Arc<dyn Store>, child: &str, env: &[(&str, String)])
             cmd.env(k, v);
         }
         let mut proc = cmd.spawn().unwrap();
-        // Kill it at a different point of its work each round: after some more rows left.
-        let target = counted(s.as_ref()) + 7 + round * 5;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while counted(s.as_ref()) < target.min(n as u64 - 1) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1 + round * 3));
+        if by_day {
+            // The day's rows leave all at once: killed at a later point of its steps each
+            // round (the child's start takes some of it).
+            std::thread::sleep(Duration::from_millis(20 + round * 25));
+        } else {
+            // Kill it at a different point of its work each round: after some more rows left.
+            let target = counted(s.as_ref()) + 7 + round * 5;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while counted(s.as_ref()) < target.min(n as u64 - 1) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1 + round * 3));
+            }
         }
         proc.kill().unwrap();
         proc.wait().unwrap();
         kills += 1;
+        eprintln!("killed in round {round}: {} counted", counted(s.as_ref()));
     }
     assert!(kills >= 1);
     // What the kills left open is finished here, and the rest done.
@@ -816,6 +837,7 @@ mod sqlite {
             s,
             "sqlite::retention_child",
             &[("CAMPANILE_RETENTION_DB", db)],
+            false,
         );
     }
 }
@@ -899,6 +921,21 @@ mod postgres {
             Arc::new(s),
             "postgres::retention_child",
             &[("CAMPANILE_RETENTION_SCHEMA", schema)],
+            false,
+        );
+    }
+
+    #[test]
+    fn sigkill_mid_day_loses_and_doubles_nothing() {
+        let Some(url) = campanile_testkit::pg_url("retention day crash test") else {
+            return;
+        };
+        let (s, schema) = runtime().block_on(campanile_testkit::pg_store(&url, 4));
+        sigkill_mid_retention(
+            Arc::new(s),
+            "postgres::retention_child",
+            &[("CAMPANILE_RETENTION_SCHEMA", schema)],
+            true,
         );
     }
 }
