@@ -283,6 +283,8 @@ fn schedules_from_the_command_line() {
     assert_eq!(made["origin"], "manual");
     let out = ok(&sh(&s, &own));
     assert_eq!(field(&out, "id"), made["id"].as_str().unwrap());
+    assert_eq!(field(&out, "payload"), r#"{"rerun":7}"#);
+    assert_eq!(made["payload"], json!({"rerun": 7}));
     assert_eq!(
         refused(&sh(
             &s,

@@ -233,6 +233,27 @@ pub fn a_triggered_run_carries_its_own_payload(rt: &Runtime, h: Harness) {
                 .await;
             assert!(matches!(reused, Err(StoreError::Invalid(_))), "{reused:?}");
         }
+        // Read back with the run.
+        let read = |id| {
+            s.occurrence_get(OccurrenceGet {
+                tenant: f.tenant,
+                key: OccurrenceKey::Id(id),
+                now: Some(secs(105)),
+            })
+        };
+        let own = read(first.occurrence_id)
+            .await
+            .expect("get")
+            .expect("found");
+        assert_eq!(own.payload.as_deref(), Some(big.as_str()));
+        let none = read(plain.occurrence_id)
+            .await
+            .expect("get")
+            .expect("found");
+        assert_eq!(
+            none.payload, None,
+            "a plain trigger runs with its version's"
+        );
         // Each run's own payload counts against the bound: one of the two large ones fits.
         let size = payload_answer_bytes(big.len());
         let got = claim_within(s, &f, "q", "A", 10, size + 100, secs(110)).await;

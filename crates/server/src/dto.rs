@@ -749,6 +749,11 @@ pub struct OccurrenceOut {
     /// Attempts, oldest first (single-occurrence reads only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptOut>>,
+    /// The run's own payload, for a run triggered with one (single-occurrence reads only;
+    /// absent for every other occurrence, which runs with its version's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub payload: Option<Box<RawValue>>,
 }
 
 impl OccurrenceOut {
@@ -775,6 +780,7 @@ impl OccurrenceOut {
             finished_at: o.finished_at,
             origin: o.origin.as_str(),
             attempts: None,
+            payload: None,
         }
     }
 
@@ -782,6 +788,7 @@ impl OccurrenceOut {
     pub fn detail(d: &OccurrenceDetail) -> OccurrenceOut {
         OccurrenceOut {
             attempts: Some(d.attempts.iter().map(AttemptOut::from).collect()),
+            payload: d.payload.as_deref().and_then(stored_json),
             ..OccurrenceOut::new(&d.occurrence)
         }
     }

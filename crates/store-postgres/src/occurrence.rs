@@ -148,12 +148,12 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let now = resolve_now(c, p.now).await?;
     let rows = match p.key {
         OccurrenceKey::Id(id) => {
-            query(c, "SELECT seq FROM occurrences WHERE id = $1 AND tenant_id = $2", &[&id.0, &p.tenant.0]).await?
+            query(c, "SELECT seq, id FROM occurrences WHERE id = $1 AND tenant_id = $2", &[&id.0, &p.tenant.0]).await?
         }
         OccurrenceKey::Planned { schedule_id, scheduled_for } => {
             query(
                 c,
-                "SELECT seq FROM occurrences WHERE scheduled_for = $1 AND schedule_id = $2 AND tenant_id = $3
+                "SELECT seq, id FROM occurrences WHERE scheduled_for = $1 AND schedule_id = $2 AND tenant_id = $3
                   ORDER BY version DESC LIMIT 1",
                 &[&scheduled_for.as_millisecond(), &schedule_id.0, &p.tenant.0],
             )
@@ -163,10 +163,10 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let seq: i64 = row.get(0);
+    let (seq, id): (i64, uuid::Uuid) = (row.get(0), row.get(1));
     // The occurrence with its attempt rows, in one snapshot: the attempt in progress is
     // read from the one, the ended ones from the other.
-    let rows = query(c, OCC_WITH_ATTEMPTS, &[&seq]).await?;
+    let rows = query(c, OCC_WITH_ATTEMPTS, &[&seq, &id]).await?;
     let Some(first) = rows.first() else {
         return Ok(None);
     };
@@ -177,9 +177,11 @@ pub(crate) async fn occurrence_get(c: &Client, p: OccurrenceGet) -> R<Option<Occ
         .filter(|r| r.get::<_, Option<i64>>(20).is_some())
         .map(attempt_row)
         .collect::<R<Vec<_>>>()?;
-    Ok(Some(OccurrenceDetail::assemble(
-        occurrence, claimed_at, attempts,
-    )))
+    let payload: Option<String> = first.get(29);
+    Ok(Some(OccurrenceDetail {
+        payload,
+        ..OccurrenceDetail::assemble(occurrence, claimed_at, attempts)
+    }))
 }
 
 /// The attempt in columns 20–27 of a row of [`OCC_WITH_ATTEMPTS`]'s shape.

@@ -182,6 +182,7 @@ pub(crate) async fn read_retired<C: GenericClient>(
                     detail: OccurrenceDetail {
                         occurrence,
                         attempts: Vec::new(),
+                        payload: None,
                     },
                     payload: row.get(31),
                 },

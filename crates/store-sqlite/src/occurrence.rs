@@ -235,7 +235,11 @@ pub(crate) fn occurrence_get(
     let c: &Connection = &snapshot;
     // The occurrence row ([`OCC_COLS`]) and its `claimed_at` (column 19).
     let with_claimed_at = |r: &Row<'_>| -> rusqlite::Result<_> {
-        Ok((occurrence_row(r, now)?, r.get::<_, Option<i64>>(19)?))
+        Ok((
+            occurrence_row(r, now)?,
+            r.get::<_, Option<i64>>(19)?,
+            r.get::<_, Option<String>>("payload")?,
+        ))
     };
     let found = match p.key {
         OccurrenceKey::Id(id) => c.prepare_cached(OCCURRENCE_BY_ID).and_then(|mut s| {
@@ -254,16 +258,15 @@ pub(crate) fn occurrence_get(
         }),
     }
     .map_err(db_err)?;
-    let Some((row, claimed_at)) = found else {
+    let Some((row, claimed_at, payload)) = found else {
         return Ok(None);
     };
     let (seq, occurrence) = row?;
     let attempts = attempts_of(c, seq)?;
-    Ok(Some(OccurrenceDetail::assemble(
-        occurrence,
-        opt_ts(claimed_at)?,
-        attempts,
-    )))
+    Ok(Some(OccurrenceDetail {
+        payload,
+        ..OccurrenceDetail::assemble(occurrence, opt_ts(claimed_at)?, attempts)
+    }))
 }
 
 /// The attempt rows of the occurrence `seq`, oldest first.

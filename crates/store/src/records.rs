@@ -591,6 +591,10 @@ pub struct OccurrenceDetail {
     pub occurrence: Occurrence,
     /// Its attempts, oldest first.
     pub attempts: Vec<Attempt>,
+    /// The run's own payload, when it was triggered with one ([`crate::ScheduleTrigger`]);
+    /// `None` otherwise (it runs with its version's). Read by
+    /// [`crate::Store::occurrence_get`].
+    pub payload: Option<String>,
 }
 
 impl OccurrenceDetail {
@@ -640,6 +644,7 @@ impl OccurrenceDetail {
         OccurrenceDetail {
             occurrence,
             attempts,
+            payload: None,
         }
     }
 }

@@ -162,6 +162,12 @@ pub(crate) fn occurrence_row(o: &Value) -> Vec<String> {
 
 /// One occurrence with its attempts (`GET /v1/occurrences/{id}`, a trigger's answer).
 pub(crate) fn occurrence(o: &Value, raw: &str) -> String {
+    // A run's own payload (a trigger's), as sent; none for every other run.
+    let own = if o.get("payload").is_some() {
+        raw_field(raw, &["payload"])
+    } else {
+        "(its version's)".into()
+    };
     let mut out = block(&[
         ("id", cell(o, "id")),
         ("schedule", cell(o, "schedule_id")),
@@ -170,6 +176,7 @@ pub(crate) fn occurrence(o: &Value, raw: &str) -> String {
         ("available at", cell(o, "available_at")),
         ("state", cell(o, "state")),
         ("origin", cell(o, "origin")),
+        ("payload", own),
         (
             "attempts",
             format!(

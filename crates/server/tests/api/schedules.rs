@@ -798,6 +798,11 @@ async fn a_triggered_run_carries_the_payload_its_body_gives() {
     let own = r#"{"payload": {"order": 42, "amount": 12345678901234567890.50}}"#;
     let (s1, v1, _) = app.raw(trigger(Some("own-1"), Some(own))).await;
     assert_eq!(s1, StatusCode::CREATED, "{v1}");
+    assert_eq!(
+        v1["payload"],
+        json!({"order": 42, "amount": 12345678901234567890.50}),
+        "the answer shows the run's own payload"
+    );
     let (s, v, _) = app.raw(trigger(Some("own-1"), Some(own))).await;
     assert_eq!((s, &v["id"]), (StatusCode::OK, &v1["id"]), "{v}");
     // The same key with another payload, or none, is another request.
@@ -815,6 +820,7 @@ async fn a_triggered_run_carries_the_payload_its_body_gives() {
     next_ms().await;
     let (s2, v2, _) = app.raw(trigger(None, Some("{}"))).await;
     assert_eq!(s2, StatusCode::CREATED, "{v2}");
+    assert!(v2.get("payload").is_none(), "{v2}");
     next_ms().await;
     let (s3, v3, _) = app.raw(trigger(None, Some(r#"{"payload": null}"#))).await;
     assert_eq!(s3, StatusCode::CREATED, "{v3}");
