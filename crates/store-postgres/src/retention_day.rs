@@ -253,18 +253,24 @@ async fn seal(
 
 /// Records which rows of a sealed day stay (their schedule's latest, or their tenant keeps
 /// history longer than the default or forever, judged at `now`), what the others add to the
-/// rollups, and the day's newest row.
+/// rollups, and the day's newest row. Whether a row is its schedule's latest is asked once per
+/// schedule of the day (of its last instant in the day), not once per row.
 async fn decide(tx: &Transaction<'_>, name: &str, now: i64, default: i64) -> R<()> {
     let name = checked(name)?;
     let sql = format!(
-        "WITH stay AS (
+        "WITH last_in_day AS (
+             SELECT schedule_id, max(scheduled_for) AS at FROM {name} GROUP BY schedule_id),
+         latest AS (
+             SELECT l.schedule_id, l.at FROM last_in_day l
+              WHERE NOT EXISTS (SELECT 1 FROM occurrences n
+                                 WHERE n.schedule_id = l.schedule_id AND n.scheduled_for > l.at)),
+         stay AS (
              SELECT o.id FROM {name} o JOIN tenants t ON t.id = o.tenant_id
               WHERE COALESCE(t.retention_ms, $2) = 0
                  OR o.scheduled_for >= $1 - COALESCE(t.retention_ms, $2)
                  OR COALESCE(o.finished_at, o.scheduled_for) >= $1 - COALESCE(t.retention_ms, $2)
-                 OR NOT EXISTS (SELECT 1 FROM occurrences n
-                                 WHERE n.schedule_id = o.schedule_id
-                                   AND n.scheduled_for > o.scheduled_for)),
+                 OR EXISTS (SELECT 1 FROM latest l
+                             WHERE l.schedule_id = o.schedule_id AND l.at = o.scheduled_for)),
          leaving AS (
              SELECT o.* FROM {name} o WHERE NOT EXISTS (SELECT 1 FROM stay s WHERE s.id = o.id)),
          counted AS (
