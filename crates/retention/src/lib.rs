@@ -278,6 +278,17 @@ impl Retention {
         if !day.detached
             && let Some(archive) = &self.cfg.archive
         {
+            // Still this node's (the read renews the hold) before an earlier try's files go.
+            self.store
+                .retention_day_read(RetentionDayRead {
+                    name: day.name.clone(),
+                    after: None,
+                    limit: 0,
+                    node: self.cfg.node.clone(),
+                    lease: self.cfg.lease,
+                    now,
+                })
+                .await?;
             let date = jiff::tz::Offset::UTC.to_datetime(day.day).date();
             let a = archive.clone();
             tokio::task::spawn_blocking(move || a.remove_day(date))
@@ -293,10 +304,16 @@ impl Retention {
                         name: day.name.clone(),
                         after,
                         limit: self.cfg.batch,
+                        node: self.cfg.node.clone(),
+                        lease: self.cfg.lease,
+                        now,
                     })
                     .await?;
-                let Some(last) = items.last() else { break };
-                after = Some(last.detail.occurrence.id);
+                // In id order: the cursor goes on from the highest id read.
+                let Some(last) = items.iter().map(|r| r.detail.occurrence.id).max() else {
+                    break;
+                };
+                after = Some(last);
                 let n = items.len() as u64;
                 let a = archive.clone();
                 let files = tokio::task::spawn_blocking(move || a.write_day_chunk(chunk, &items))

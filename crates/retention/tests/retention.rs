@@ -444,6 +444,36 @@ async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
     .await
     .unwrap();
     let kept = lone_run(s.as_ref(), keeper, t0 + SignedDuration::from_secs(2400)).await;
+    // Another tenant's history, its ids between acme's: the archive's chunks mix tenants.
+    let (beta, beta_schedule) = tenant_and_schedule(s.as_ref(), "beta", t0).await;
+    history(
+        s.as_ref(),
+        beta,
+        beta_schedule,
+        t0 + SignedDuration::from_secs(30),
+        20,
+    )
+    .await;
+    let beta_before = details(s.as_ref(), beta, beta_schedule).await;
+    // A run triggered with a key, canceled: it leaves with the day, and so does its key.
+    let keyed = |now| ScheduleTrigger {
+        tenant,
+        id: schedule,
+        key: Some("rerun-1".into()),
+        payload: None,
+        now: Some(now),
+    };
+    let manual = s
+        .schedule_trigger(keyed(t0 + SignedDuration::from_secs(45)))
+        .await
+        .unwrap();
+    s.occurrence_cancel(OccurrenceCancel {
+        tenant,
+        occurrence_id: manual.occurrence_id,
+        now: Some(t0 + SignedDuration::from_secs(46)),
+    })
+    .await
+    .unwrap();
 
     let day_name = |t: Timestamp| {
         let date = jiff::tz::Offset::UTC.to_datetime(t).date();
@@ -465,7 +495,7 @@ async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
     let opened = first.pass_until(None, Step::Open).await.unwrap();
     let name = day_name(t0);
     assert_eq!(opened.day.as_deref(), Some(name.as_str()));
-    assert_eq!(opened.chosen, 20, "all but the two that stay");
+    assert_eq!(opened.chosen, 41, "all but the two that stay");
     let dead = before
         .iter()
         .find(|d| d.occurrence.state == OccurrenceState::Dead)
@@ -497,21 +527,29 @@ async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
             pass.day_closed.kept,
             pass.day_closed.redo
         ),
-        (20, 2, false)
+        (41, 2, false)
     );
     assert_eq!(
         pass.day_closed.attempts_removed,
-        5 * 3 + 5,
+        2 * (5 * 3 + 5),
         "the failed tries"
     );
+    // Every row once (`archived` refuses an id archived twice), as it was stored.
     let lines = archived(dir.path());
-    assert_eq!(lines.len(), 20);
-    for d in before
+    assert_eq!(lines.len(), 41);
+    assert_eq!(lines[&manual.occurrence_id.0.to_string()].origin, "manual");
+    let of_day =
+        |d: &&OccurrenceDetail| d.occurrence.scheduled_for < t0 + SignedDuration::from_secs(DAY);
+    for (who, d) in before
         .iter()
-        .filter(|d| d.occurrence.scheduled_for < t0 + SignedDuration::from_secs(DAY))
+        .filter(of_day)
+        .map(|d| ("acme", d))
+        .chain(beta_before.iter().filter(of_day).map(|d| ("beta", d)))
     {
         let line = &lines[&d.occurrence.id.0.to_string()];
-        assert_eq!(serde_json::to_value(line).unwrap(), expected_line(d));
+        let mut expected = expected_line(d);
+        expected["tenant"] = who.into();
+        assert_eq!(serde_json::to_value(line).unwrap(), expected);
     }
     let rollups = s
         .rollup_list(RollupList {
@@ -526,8 +564,12 @@ async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
         .collect();
     assert_eq!(
         counts,
-        BTreeMap::from([("SUCCEEDED", 10), ("DEAD", 5), ("CANCELED", 5)])
+        BTreeMap::from([("SUCCEEDED", 10), ("DEAD", 5), ("CANCELED", 6)])
     );
+    // Its run gone, the key makes a new one.
+    let again = s.schedule_trigger(keyed(later)).await.unwrap();
+    assert!(again.created, "{again:?}");
+    assert_ne!(again.occurrence_id, manual.occurrence_id);
     // What stays is where it was, readable as before; the latest of the history too.
     for (t, id) in [(tenant, lone), (keeper, kept)] {
         let got = s
@@ -543,7 +585,11 @@ async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
             Some(OccurrenceState::Canceled)
         );
     }
-    assert_eq!(details(s.as_ref(), tenant, schedule).await.len(), 1);
+    assert_eq!(
+        details(s.as_ref(), tenant, schedule).await.len(),
+        2,
+        "its latest, and the new run"
+    );
     // Reconcile over the day: every instant accounted for.
     let range = campanile_planner::reconcile::Range {
         from: t0,

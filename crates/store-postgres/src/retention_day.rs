@@ -44,6 +44,11 @@ pub(crate) async fn days_prepare(c: &mut Client, p: OccurrenceDaysPrepare) -> R<
         )
         .await?;
         if !day_exists(&tx, &name).await? {
+            // Attaching scans the default partition under a lock that claims wait behind:
+            // it waits for the lock at most this long (and is tried again on a later pass).
+            tx.batch_execute(&format!("SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}'"))
+                .await
+                .map_err(pg_err)?;
             query(&tx, "SELECT campanile_occurrence_day($1)", &[&day]).await?;
             created += 1;
         }
@@ -165,7 +170,6 @@ pub(crate) async fn day_open(c: &mut Client, p: RetentionDayOpen) -> R<Option<Re
         day_of(&name).map(|d| (name, d))
     })
     .filter(|(_, d)| d + DAY_MS <= now - default)
-    .take(3)
     .collect();
     for (name, day) in due {
         if let Some(sealed) = seal(c, &p.node, &name, day, now, lease_until, default).await? {
@@ -199,13 +203,25 @@ async fn seal(
     if !busy.is_empty() {
         return Ok(None);
     }
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{SEAL_LOCK_TIMEOUT}';
-         CREATE TRIGGER retention_sealed BEFORE INSERT OR UPDATE OR DELETE ON {name}
-             FOR EACH ROW EXECUTE FUNCTION campanile_sealed_day();"
-    ))
-    .await
-    .map_err(pg_err)?;
+    let sealed = tx
+        .batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{SEAL_LOCK_TIMEOUT}';
+             CREATE TRIGGER retention_sealed BEFORE INSERT OR UPDATE OR DELETE ON {name}
+                 FOR EACH ROW EXECUTE FUNCTION campanile_sealed_day();"
+        ))
+        .await;
+    match sealed {
+        Ok(()) => {}
+        // Its writers did not let go in time: as good as held, for this pass.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            tracing::debug!(
+                day = name,
+                "retention: a day's writers kept it; tried again later"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(pg_err(e)),
+    }
     let pending: bool = tx
         .query_one(
             &format!(
@@ -316,6 +332,21 @@ async fn described<C: GenericClient>(c: &C, name: &str, resumed: bool) -> R<Rete
 
 pub(crate) async fn day_read(c: &Client, p: RetentionDayRead) -> R<Vec<Retired>> {
     let name = checked(&p.name)?;
+    let now = resolve_now(c, p.now).await?;
+    // The hold, renewed, or this node's no longer: it must not write the day's files.
+    let held = execute(
+        c,
+        "UPDATE retention_days SET lease_until = $3
+          WHERE name = $1 AND owner = $2 AND state = 'decided'",
+        &[&name, &p.node, &now.saturating_add(dur_ms(p.lease))],
+    )
+    .await?;
+    if held == 0 {
+        return Err(StoreError::WrongState(format!(
+            "day {name} is not open for '{}' to archive",
+            p.node
+        )));
+    }
     let after = p.after.map_or(Uuid::nil(), |a| a.0);
     let ids: Vec<Uuid> = c
         .query(
@@ -335,8 +366,17 @@ pub(crate) async fn day_read(c: &Client, p: RetentionDayRead) -> R<Vec<Retired>>
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let now = resolve_now(c, None).await?;
-    crate::retention::read_retired(c, &ids, now).await
+    let mut rows = crate::retention::read_retired(c, &ids, now).await?;
+    // Every row chosen, or none: a row left out here would be dropped with the day unarchived.
+    if rows.len() != ids.len() {
+        return Err(StoreError::Database(format!(
+            "day {name}: {} of {} rows could be read for the archive",
+            rows.len(),
+            ids.len()
+        )));
+    }
+    rows.sort_by_key(|r| r.detail.occurrence.id);
+    Ok(rows)
 }
 
 pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<RetentionDayClosed> {
@@ -384,23 +424,6 @@ pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<Retenti
                     ..RetentionDayClosed::default()
                 });
             }
-            // The one moment `occurrences` is this statement's alone: the partition leaves,
-            // its survivors come back into the default partition, and what left is counted.
-            tx.batch_execute(&format!(
-                "SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}';
-                 ALTER TABLE occurrences DETACH PARTITION {name};"
-            ))
-            .await
-            .map_err(pg_err)?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO occurrences SELECT o.* FROM {name} o, retention_days d
-                      WHERE d.name = $1 AND o.id = ANY(d.survivors)"
-                ),
-                &[&name],
-            )
-            .await
-            .map_err(pg_err)?;
             execute(
                 &tx,
                 "INSERT INTO occurrence_rollups AS r
@@ -419,6 +442,24 @@ pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<Retenti
                 &[&name],
             )
             .await?;
+            // Counted first (the same transaction), so that `occurrences` is this
+            // transaction's alone for as short as can be: the partition leaves and its
+            // survivors come back into the default partition.
+            tx.batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}';
+                 ALTER TABLE occurrences DETACH PARTITION {name};"
+            ))
+            .await
+            .map_err(pg_err)?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO occurrences SELECT o.* FROM {name} o, retention_days d
+                      WHERE d.name = $1 AND o.id = ANY(d.survivors)"
+                ),
+                &[&name],
+            )
+            .await
+            .map_err(pg_err)?;
             execute(
                 &tx,
                 "UPDATE retention_days SET state = 'detached' WHERE name = $1",
@@ -455,6 +496,15 @@ pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<Retenti
             "DELETE FROM outbox b USING {name} o, retention_days d
               WHERE d.name = $1 AND b.occurrence_id = o.id AND b.settled_at IS NOT NULL
                 AND NOT (o.id = ANY(d.survivors))"
+        ),
+        &[&name],
+    )
+    .await
+    .map_err(pg_err)?;
+    tx.execute(
+        &format!(
+            "DELETE FROM occurrence_triggers k USING {name} o, retention_days d
+              WHERE d.name = $1 AND k.occurrence_id = o.id AND NOT (o.id = ANY(d.survivors))"
         ),
         &[&name],
     )

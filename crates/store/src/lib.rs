@@ -347,7 +347,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
 
     /// The next rows of an open day to archive (all but its survivors), in id order after
-    /// `after`, at most `limit`, with their attempts and tenants.
+    /// `after`, at most `limit`, with their attempts and tenants; renews the node's hold on the
+    /// day. `WrongState` if the day is not open or another node holds it; an error (nothing
+    /// read) if a chosen row cannot be read whole.
     async fn retention_day_read(&self, p: RetentionDayRead) -> Result<Vec<Retired>, StoreError> {
         let _ = p;
         Ok(Vec::new())

@@ -848,6 +848,13 @@ pub struct RetentionDayRead {
     pub after: Option<campanile_core::OccurrenceId>,
     /// At most this many.
     pub limit: u32,
+    /// The node that holds the day: each read renews its hold for `lease`, and fails if
+    /// another node took the day over.
+    pub node: String,
+    /// How long the hold lasts from this read.
+    pub lease: SignedDuration,
+    /// `None`: the store's clock.
+    pub now: Option<Timestamp>,
 }
 
 /// Params of [`crate::Store::retention_day_close`].

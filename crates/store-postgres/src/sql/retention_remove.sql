@@ -1,6 +1,6 @@
 -- name: REMOVE
--- Removes the occurrences of a closed retention batch ($1 their ids) with their attempt rows
--- and settled outbox rows, and adds them to the rollups per (schedule, version, UTC day,
+-- Removes the occurrences of a closed retention batch ($1 their ids) with their attempt rows,
+-- settled outbox rows and trigger keys (a key may make a new run once its run is gone), and adds them to the rollups per (schedule, version, UTC day,
 -- state), widening each rollup's range of planned instants. Returns the occurrences and the
 -- attempt rows removed.
 WITH gone AS (
@@ -8,6 +8,8 @@ WITH gone AS (
     RETURNING seq, id, tenant_id, schedule_id, version, scheduled_for, state
 ), attempts_gone AS (
     DELETE FROM attempts a USING gone g WHERE a.occurrence_seq = g.seq RETURNING 1
+), keys_gone AS (
+    DELETE FROM occurrence_triggers k USING gone g WHERE k.occurrence_id = g.id RETURNING 1
 ), outbox_gone AS (
     DELETE FROM outbox b USING gone g
      WHERE b.occurrence_id = g.id AND b.settled_at IS NOT NULL RETURNING 1
