@@ -31,30 +31,119 @@ const SEAL_LOCK_TIMEOUT: &str = "500ms";
 pub(crate) async fn days_prepare(c: &mut Client, p: OccurrenceDaysPrepare) -> R<u32> {
     let now = resolve_now(&*c, p.now).await?;
     let today = now.div_euclid(DAY_MS) * DAY_MS;
+    // One creator at a time across nodes, for the whole preparation (its steps are several
+    // transactions); released on every way out (and by the server if the session dies).
+    execute(
+        &*c,
+        "SELECT pg_advisory_lock(hashtextextended('campanile/occurrence_days', 0))",
+        &[],
+    )
+    .await?;
     let mut created = 0;
+    let mut result = Ok(());
     for k in -1..=i64::from(p.ahead) {
-        let day = today + k * DAY_MS;
-        let name = day_name(day)?;
-        let tx = c.transaction().await.map_err(pg_err)?;
-        // One creator at a time across nodes.
-        execute(
-            &tx,
-            "SELECT pg_advisory_xact_lock(hashtextextended('campanile/occurrence_days', 0))",
-            &[],
-        )
-        .await?;
-        if !day_exists(&tx, &name).await? {
-            // Attaching scans the default partition under a lock that claims wait behind:
-            // it waits for the lock at most this long (and is tried again on a later pass).
-            tx.batch_execute(&format!("SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}'"))
-                .await
-                .map_err(pg_err)?;
-            query(&tx, "SELECT campanile_occurrence_day($1)", &[&day]).await?;
-            created += 1;
+        match prepare_day(c, today + k * DAY_MS, k > 0).await {
+            Ok(made) => created += u32::from(made),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
         }
-        tx.commit().await.map_err(pg_err)?;
     }
+    let unlocked = execute(
+        &*c,
+        "SELECT pg_advisory_unlock(hashtextextended('campanile/occurrence_days', 0))",
+        &[],
+    )
+    .await;
+    result?;
+    unlocked?;
     Ok(created)
+}
+
+/// Creates the day starting at `day` if it has no partition; whether it did. A day still to
+/// come (`future`) is first proved absent from the default partition by a check validated
+/// without blocking writers, so that attaching it does not scan the default partition while
+/// holding it (claims would wait for that scan); the check goes in the attaching transaction.
+async fn prepare_day(c: &mut Client, day: i64, future: bool) -> R<bool> {
+    let name = day_name(day)?;
+    let proof = format!("{name}_not_default");
+    if day_exists(&*c, &name).await? {
+        // A proof a node left behind (it stopped before attaching) would refuse the day's
+        // rows from the default partition once the day is dropped.
+        if proof_exists(&*c, &proof).await? {
+            c.batch_execute(&format!(
+                "BEGIN; SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}';
+                 ALTER TABLE occurrences_default DROP CONSTRAINT IF EXISTS {proof}; COMMIT;"
+            ))
+            .await
+            .map_err(pg_err)?;
+        }
+        return Ok(false);
+    }
+    let proved = future && prove_absent(c, day, &proof).await?;
+    let tx = c.transaction().await.map_err(pg_err)?;
+    // Attaching locks the default partition (claims wait behind it): it waits for the lock at
+    // most this long, and is tried again on a later pass.
+    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}'"))
+        .await
+        .map_err(pg_err)?;
+    query(&tx, "SELECT campanile_occurrence_day($1)", &[&day]).await?;
+    if proved {
+        tx.batch_execute(&format!(
+            "ALTER TABLE occurrences_default DROP CONSTRAINT IF EXISTS {proof}"
+        ))
+        .await
+        .map_err(pg_err)?;
+    }
+    tx.commit().await.map_err(pg_err)?;
+    Ok(true)
+}
+
+async fn proof_exists<C: GenericClient>(c: &C, proof: &str) -> R<bool> {
+    Ok(query(
+        c,
+        "SELECT EXISTS (SELECT 1 FROM pg_constraint
+                         WHERE conrelid = 'occurrences_default'::regclass AND conname = $1)",
+        &[&proof],
+    )
+    .await?
+    .first()
+    .is_some_and(|r| r.get(0)))
+}
+
+/// Adds to the default partition a check that it holds no row of the day, and validates it
+/// (a scan that does not block writers); whether it holds. When the default partition does
+/// hold rows of the day, the check goes again and the day is created the slow way.
+async fn prove_absent(c: &Client, day: i64, proof: &str) -> R<bool> {
+    let (lo, hi) = (day_bound(day), day_bound(day + DAY_MS));
+    if !proof_exists(c, proof).await? {
+        c.batch_execute(&format!(
+            "BEGIN; SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}';
+             ALTER TABLE occurrences_default ADD CONSTRAINT {proof}
+                 CHECK (NOT (id >= '{lo}' AND id < '{hi}')) NOT VALID;
+             COMMIT;"
+        ))
+        .await
+        .map_err(pg_err)?;
+    }
+    match c
+        .batch_execute(&format!(
+            "ALTER TABLE occurrences_default VALIDATE CONSTRAINT {proof}"
+        ))
+        .await
+    {
+        Ok(()) => Ok(true),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION) => {
+            c.batch_execute(&format!(
+                "ALTER TABLE occurrences_default DROP CONSTRAINT IF EXISTS {proof}"
+            ))
+            .await
+            .map_err(pg_err)?;
+            Ok(false)
+        }
+        Err(e) => Err(pg_err(e)),
+    }
 }
 
 /// The partition name of the UTC day starting at `day` (ms): `occurrences_YYYYMMDD`.

@@ -154,3 +154,99 @@ fn tells_whether_autovacuum_covers_the_occurrences_table() {
         assert_eq!(store.autovacuum().await.expect("check"), on);
     });
 }
+
+/// The coming days get partitions of their own: a day still to come is created without
+/// attaching scanning the default partition (a check proves the default partition holds none
+/// of it, and goes when the day is attached), a day whose rows sit in the default partition
+/// (none was created for it in time) takes them out of it, and a proof a node left behind is
+/// removed.
+#[test]
+fn days_are_created_ahead_and_take_their_rows_out_of_the_default_partition() {
+    use campanile_store::{OccurrenceDaysPrepare, Store};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL day partitions)");
+        return;
+    };
+    rt.block_on(async {
+        let (store, schema) = campanile_testkit::pg_store(&url, 4).await;
+        let _guard = store.clone().drop_schema_on_drop();
+        let c = session(&url).await;
+        c.batch_execute(&format!("SET search_path = {schema}"))
+            .await
+            .expect("schema");
+        let f = campanile_conformance::fixture(&store, "acme", "q").await;
+        let day = 86_400_000_i64;
+        let today = jiff::Timestamp::now().as_millisecond().div_euclid(day) * day;
+        // Five days ahead, before its partition exists: the default partition takes it.
+        let at = jiff::Timestamp::from_millisecond(today + 5 * day + 3_600_000).expect("instant");
+        let id = campanile_conformance::insert(
+            &store,
+            &f,
+            vec![campanile_store::NewOccurrence {
+                scheduled_for: at,
+                available_at: at,
+                ..campanile_conformance::new_occ(&f, "q", at, 3)
+            }],
+        )
+        .await[0];
+        assert_eq!(home(&c, id.0).await, "occurrences_default");
+        // A proof left behind for a day that exists already.
+        let name_of = |ms: i64| {
+            let date = jiff::tz::Offset::UTC
+                .to_datetime(jiff::Timestamp::from_millisecond(ms).expect("instant"))
+                .date();
+            format!(
+                "occurrences_{:04}{:02}{:02}",
+                date.year(),
+                date.month(),
+                date.day()
+            )
+        };
+        c.batch_execute(&format!(
+            "ALTER TABLE occurrences_default ADD CONSTRAINT {}_not_default
+                 CHECK (id IS NOT NULL) NOT VALID",
+            name_of(today)
+        ))
+        .await
+        .expect("a proof left behind for today, which has its partition");
+        assert_eq!(proofs(&c).await, 1);
+        let created = store
+            .occurrence_days_prepare(OccurrenceDaysPrepare {
+                ahead: 6,
+                now: None,
+            })
+            .await
+            .expect("prepare");
+        assert_eq!(created, 3, "days 4, 5 and 6 ahead");
+        assert_eq!(home(&c, id.0).await, name_of(at.as_millisecond()));
+        assert_eq!(
+            proofs(&c).await,
+            0,
+            "none left behind, none left by the days created"
+        );
+    });
+}
+
+/// The partition an occurrence is stored in.
+async fn home(c: &tokio_postgres::Client, id: uuid::Uuid) -> String {
+    c.query_one(
+        "SELECT tableoid::regclass::text FROM occurrences WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .expect("row")
+    .get(0)
+}
+
+/// How many checks proving a day absent from the default partition it carries.
+async fn proofs(c: &tokio_postgres::Client) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_constraint
+          WHERE conrelid = 'occurrences_default'::regclass AND conname LIKE '%_not_default'",
+        &[],
+    )
+    .await
+    .expect("count")
+    .get(0)
+}
