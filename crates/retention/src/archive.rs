@@ -164,13 +164,7 @@ impl Archive {
 
     /// The file of a batch's occurrences of one tenant and UTC day.
     pub fn file_of(&self, batch: i64, r: &Retired) -> PathBuf {
-        let day = jiff::tz::Offset::UTC
-            .to_datetime(r.detail.occurrence.scheduled_for)
-            .date();
-        self.dir
-            .join(tenant_dir(r))
-            .join(day.to_string())
-            .join(batch_file_name(batch))
+        self.day_dir(r).join(batch_file_name(batch))
     }
 
     /// Writes a batch's occurrences, one file per tenant and day, each durably in place before
@@ -180,16 +174,7 @@ impl Archive {
     ///
     /// The file system's.
     pub fn write(&self, batch: i64, items: &[Retired]) -> std::io::Result<Vec<PathBuf>> {
-        let mut files: BTreeMap<PathBuf, Vec<&Retired>> = BTreeMap::new();
-        for r in items {
-            files.entry(self.file_of(batch, r)).or_default().push(r);
-        }
-        let mut written = Vec::with_capacity(files.len());
-        for (path, lines) in files {
-            write_file(&path, &lines)?;
-            written.push(path);
-        }
-        Ok(written)
+        write_grouped(items, |r| self.file_of(batch, r))
     }
 
     /// Writes the rows of a day retention takes as a whole, chunk `chunk` of it, as
@@ -200,20 +185,7 @@ impl Archive {
     ///
     /// What the file system says.
     pub fn write_day_chunk(&self, chunk: u64, items: &[Retired]) -> std::io::Result<Vec<PathBuf>> {
-        let mut files: BTreeMap<PathBuf, Vec<&Retired>> = BTreeMap::new();
-        for r in items {
-            let dir = self.day_dir(r);
-            files
-                .entry(dir.join(day_file_name(chunk)))
-                .or_default()
-                .push(r);
-        }
-        let mut written = Vec::with_capacity(files.len());
-        for (path, lines) in files {
-            write_file(&path, &lines)?;
-            written.push(path);
-        }
-        Ok(written)
+        write_grouped(items, |r| self.day_dir(r).join(day_file_name(chunk)))
     }
 
     /// Removes every chunk file of a day taken as a whole (`day-*.jsonl.gz` in each tenant's
@@ -253,6 +225,7 @@ impl Archive {
         Ok(())
     }
 
+    /// The directory of `r`'s tenant and UTC day.
     fn day_dir(&self, r: &Retired) -> PathBuf {
         let day = jiff::tz::Offset::UTC
             .to_datetime(r.detail.occurrence.scheduled_for)
@@ -288,6 +261,23 @@ impl Archive {
         }
         Ok(())
     }
+}
+
+/// Writes `items` into the files `path_of` names, one file per name; the paths written.
+fn write_grouped(
+    items: &[Retired],
+    path_of: impl Fn(&Retired) -> PathBuf,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: BTreeMap<PathBuf, Vec<&Retired>> = BTreeMap::new();
+    for r in items {
+        files.entry(path_of(r)).or_default().push(r);
+    }
+    let mut written = Vec::with_capacity(files.len());
+    for (path, lines) in files {
+        write_file(&path, &lines)?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 fn day_file_name(chunk: u64) -> String {

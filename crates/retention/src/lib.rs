@@ -213,12 +213,8 @@ impl Retention {
         }
         if let Some(archive) = &self.cfg.archive {
             let items = batch.items.clone();
-            let archive_for_write = archive.clone();
             let id = batch.id;
-            pass.files = tokio::task::spawn_blocking(move || archive_for_write.write(id, &items))
-                .await
-                .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
-                .map_err(|e| archive_err(archive, e))?;
+            pass.files = on_archive(archive, move |a| a.write(id, &items)).await?;
             metrics::counter!("campanile_retention_archived_total")
                 .increment(batch.items.len() as u64);
         }
@@ -290,11 +286,7 @@ impl Retention {
                 })
                 .await?;
             let date = jiff::tz::Offset::UTC.to_datetime(day.day).date();
-            let a = archive.clone();
-            tokio::task::spawn_blocking(move || a.remove_day(date))
-                .await
-                .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
-                .map_err(|e| archive_err(archive, e))?;
+            on_archive(archive, move |a| a.remove_day(date)).await?;
             let mut after = None;
             let mut chunk = 0_u64;
             loop {
@@ -315,11 +307,7 @@ impl Retention {
                 };
                 after = Some(last);
                 let n = items.len() as u64;
-                let a = archive.clone();
-                let files = tokio::task::spawn_blocking(move || a.write_day_chunk(chunk, &items))
-                    .await
-                    .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
-                    .map_err(|e| archive_err(archive, e))?;
+                let files = on_archive(archive, move |a| a.write_day_chunk(chunk, &items)).await?;
                 pass.files.extend(files);
                 metrics::counter!("campanile_retention_archived_total").increment(n);
                 chunk += 1;
@@ -374,11 +362,7 @@ impl Retention {
         now: Option<Timestamp>,
     ) -> Result<RetentionClosed, RetentionError> {
         if let Some(archive) = &self.cfg.archive {
-            let a = archive.clone();
-            tokio::task::spawn_blocking(move || a.remove_batch(batch))
-                .await
-                .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
-                .map_err(|e| archive_err(archive, e))?;
+            on_archive(archive, move |a| a.remove_batch(batch)).await?;
         }
         Ok(self
             .store
@@ -469,6 +453,18 @@ pub enum Step {
     Archive,
     /// After it is closed (a whole pass).
     Close,
+}
+
+/// Runs `work` on the archive off the async threads (its file system calls block).
+async fn on_archive<T: Send + 'static>(
+    archive: &Archive,
+    work: impl FnOnce(&Archive) -> std::io::Result<T> + Send + 'static,
+) -> Result<T, RetentionError> {
+    let a = archive.clone();
+    tokio::task::spawn_blocking(move || work(&a))
+        .await
+        .map_err(|e| archive_err(archive, std::io::Error::other(e.to_string())))?
+        .map_err(|e| archive_err(archive, e))
 }
 
 fn archive_err(archive: &Archive, source: std::io::Error) -> RetentionError {

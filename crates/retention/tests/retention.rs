@@ -891,56 +891,55 @@ mod sqlite {
 mod postgres {
     use super::*;
 
-    #[test]
-    fn archive_reads_back_what_was_removed() {
-        let Some(url) = campanile_testkit::pg_url("retention archive test") else {
+    /// Runs `body` on a store in a schema of its own; skipped, with a notice, without
+    /// PostgreSQL.
+    fn on_postgres<F: std::future::Future<Output = ()>>(
+        what: &str,
+        body: impl FnOnce(Arc<dyn Store>) -> F,
+    ) {
+        let Some(url) = campanile_testkit::pg_url(what) else {
             return;
         };
         let rt = runtime();
         let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
-        rt.block_on(super::archive_reads_back_what_was_removed(Arc::new(s)));
+        rt.block_on(body(Arc::new(s)));
+    }
+
+    #[test]
+    fn archive_reads_back_what_was_removed() {
+        on_postgres(
+            "retention archive test",
+            super::archive_reads_back_what_was_removed,
+        );
     }
 
     #[test]
     fn a_runs_own_payload_is_archived_with_it() {
-        let Some(url) = campanile_testkit::pg_url("retention payload test") else {
-            return;
-        };
-        let rt = runtime();
-        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
-        rt.block_on(super::a_runs_own_payload_is_archived_with_it(Arc::new(s)));
+        on_postgres(
+            "retention payload test",
+            super::a_runs_own_payload_is_archived_with_it,
+        );
     }
 
     #[test]
     fn a_whole_day_leaves_at_once() {
-        let Some(url) = campanile_testkit::pg_url("retention day test") else {
-            return;
-        };
-        let rt = runtime();
-        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
-        rt.block_on(super::a_whole_day_leaves_at_once(Arc::new(s)));
+        on_postgres("retention day test", super::a_whole_day_leaves_at_once);
     }
 
     #[test]
     fn a_node_dying_mid_batch_leaves_it_to_be_finished() {
-        let Some(url) = campanile_testkit::pg_url("retention takeover test") else {
-            return;
-        };
-        let rt = runtime();
-        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
-        rt.block_on(super::a_node_dying_mid_batch_leaves_it_to_be_finished(
-            Arc::new(s),
-        ));
+        on_postgres(
+            "retention takeover test",
+            super::a_node_dying_mid_batch_leaves_it_to_be_finished,
+        );
     }
 
     #[test]
     fn a_batch_given_up_leaves_no_file_behind() {
-        let Some(url) = campanile_testkit::pg_url("retention give-up test") else {
-            return;
-        };
-        let rt = runtime();
-        let (s, _) = rt.block_on(campanile_testkit::pg_store(&url, 4));
-        rt.block_on(super::a_batch_given_up_leaves_no_file_behind(Arc::new(s)));
+        on_postgres(
+            "retention give-up test",
+            super::a_batch_given_up_leaves_no_file_behind,
+        );
     }
 
     /// Only acts when re-run as the crash test's child.
@@ -957,9 +956,9 @@ mod postgres {
         retention_child_run(Arc::new(s), Path::new(&archive));
     }
 
-    #[test]
-    fn sigkill_mid_retention_loses_and_doubles_nothing() {
-        let Some(url) = campanile_testkit::pg_url("retention crash test") else {
+    /// [`sigkill_mid_retention`] on a store in a schema of its own, its child on the same.
+    fn sigkill_on_postgres(what: &str, by_day: bool) {
+        let Some(url) = campanile_testkit::pg_url(what) else {
             return;
         };
         let (s, schema) = runtime().block_on(campanile_testkit::pg_store(&url, 4));
@@ -967,21 +966,17 @@ mod postgres {
             Arc::new(s),
             "postgres::retention_child",
             &[("CAMPANILE_RETENTION_SCHEMA", schema)],
-            false,
+            by_day,
         );
     }
 
     #[test]
+    fn sigkill_mid_retention_loses_and_doubles_nothing() {
+        sigkill_on_postgres("retention crash test", false);
+    }
+
+    #[test]
     fn sigkill_mid_day_loses_and_doubles_nothing() {
-        let Some(url) = campanile_testkit::pg_url("retention day crash test") else {
-            return;
-        };
-        let (s, schema) = runtime().block_on(campanile_testkit::pg_store(&url, 4));
-        sigkill_mid_retention(
-            Arc::new(s),
-            "postgres::retention_child",
-            &[("CAMPANILE_RETENTION_SCHEMA", schema)],
-            true,
-        );
+        sigkill_on_postgres("retention day crash test", true);
     }
 }

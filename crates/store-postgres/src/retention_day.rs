@@ -569,36 +569,29 @@ pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<Retenti
     // Detached: what is left is the partition itself, and the attempts and settled
     // deliveries of the rows that left with it.
     let tx = c.transaction().await.map_err(pg_err)?;
-    let attempts_removed = tx
-        .execute(
+    // One statement, which picks the rows that left once.
+    let attempts_removed: i64 = tx
+        .query_one(
             &format!(
-                "DELETE FROM attempts a USING {name} o, retention_days d
-                  WHERE d.name = $1 AND a.occurrence_seq = o.seq
-                    AND NOT (o.id = ANY(d.survivors))"
+                "WITH gone AS (
+                     SELECT o.seq, o.id FROM {name} o, retention_days d
+                      WHERE d.name = $1 AND NOT (o.id = ANY(d.survivors))),
+                 attempts_gone AS (
+                     DELETE FROM attempts a USING gone g WHERE a.occurrence_seq = g.seq
+                     RETURNING 1),
+                 outbox_gone AS (
+                     DELETE FROM outbox b USING gone g
+                      WHERE b.occurrence_id = g.id AND b.settled_at IS NOT NULL RETURNING 1),
+                 keys_gone AS (
+                     DELETE FROM occurrence_triggers k USING gone g
+                      WHERE k.occurrence_id = g.id RETURNING 1)
+                 SELECT (SELECT count(*) FROM attempts_gone)"
             ),
             &[&name],
         )
         .await
-        .map_err(pg_err)?;
-    tx.execute(
-        &format!(
-            "DELETE FROM outbox b USING {name} o, retention_days d
-              WHERE d.name = $1 AND b.occurrence_id = o.id AND b.settled_at IS NOT NULL
-                AND NOT (o.id = ANY(d.survivors))"
-        ),
-        &[&name],
-    )
-    .await
-    .map_err(pg_err)?;
-    tx.execute(
-        &format!(
-            "DELETE FROM occurrence_triggers k USING {name} o, retention_days d
-              WHERE d.name = $1 AND k.occurrence_id = o.id AND NOT (o.id = ANY(d.survivors))"
-        ),
-        &[&name],
-    )
-    .await
-    .map_err(pg_err)?;
+        .map_err(pg_err)?
+        .get(0);
     tx.batch_execute(&format!("DROP TABLE {name}"))
         .await
         .map_err(pg_err)?;
@@ -607,7 +600,7 @@ pub(crate) async fn day_close(c: &mut Client, p: RetentionDayClose) -> R<Retenti
     Ok(RetentionDayClosed {
         removed,
         kept,
-        attempts_removed,
+        attempts_removed: attempts_removed.max(0) as u64,
         redo: false,
     })
 }

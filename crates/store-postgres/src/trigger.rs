@@ -38,8 +38,8 @@ pub(crate) async fn schedule_trigger(c: &mut Client, p: ScheduleTrigger) -> R<Tr
     let id = occurrence_id(p.id, rec.version, at);
     execute(
         &tx,
-        "UPDATE occurrences SET origin = 'manual', trigger_key = $2, payload = $3 WHERE id = $1",
-        &[&id.0, &p.key, &p.payload],
+        "UPDATE occurrences SET origin = 'manual', payload = $2 WHERE id = $1",
+        &[&id.0, &p.payload],
     )
     .await?;
     // The key, unique per schedule (its own table: occurrences are partitioned by day, and a

@@ -68,6 +68,15 @@ enum ScheduleCommand {
     Preview(PreviewArgs),
 }
 
+/// A `--payload` argument: JSON as written (a string is quoted), exit 2 when it is not JSON.
+fn payload_arg(text: &str) -> Result<Box<RawValue>, CliError> {
+    RawValue::from_string(text.to_string()).map_err(|e| {
+        CliError::usage(format!(
+            "--payload: not JSON ({e}); a string is written in quotes: '\"text\"'"
+        ))
+    })
+}
+
 /// The flags that write a timing, which a preview's `--file` replaces.
 const TIMING_FLAGS: [&str; 7] = [
     "cron", "every", "at", "zone", "dst_gap", "dst_fold", "anchor",
@@ -286,17 +295,7 @@ impl CreateArgs {
         if let Some(path) = &self.file {
             return read_definition(path);
         }
-        let payload = self
-            .payload
-            .as_ref()
-            .map(|p| {
-                RawValue::from_string(p.clone()).map_err(|e| {
-                    CliError::usage(format!(
-                        "--payload: not JSON ({e}); a string is written in quotes: '\"text\"'"
-                    ))
-                })
-            })
-            .transpose()?;
+        let payload = self.payload.as_deref().map(payload_arg).transpose()?;
         let definition = Definition {
             queue: self.queue.as_deref(),
             payload,
@@ -434,12 +433,7 @@ pub(crate) fn command(args: ScheduleArgs) -> Result<(), CliError> {
                 let mut call = Call::post(&["schedules", id, "trigger"])
                     .idempotency_key(idempotency_key.as_deref());
                 if let Some(p) = payload {
-                    let payload = RawValue::from_string(p.clone()).map_err(|e| {
-                        CliError::usage(format!(
-                            "--payload: not JSON ({e}); a string is written in quotes: '\"text\"'"
-                        ))
-                    })?;
-                    let body = serde_json::json!({ "payload": payload });
+                    let body = serde_json::json!({ "payload": payload_arg(p)? });
                     call = call.body(body.to_string());
                 }
                 let answer = remote.send(call).await?;

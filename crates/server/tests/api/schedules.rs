@@ -682,16 +682,7 @@ async fn a_schedule_runs_now_on_trigger_once_per_key() {
         .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let trigger = |key: Option<&'static str>| {
-        let mut req = Request::builder()
-            .method("POST")
-            .uri(format!("/v1/schedules/{id}/trigger"))
-            .header("authorization", format!("Bearer {}", app.a));
-        if let Some(k) = key {
-            req = req.header("idempotency-key", k);
-        }
-        req.body(Body::empty()).unwrap()
-    };
+    let trigger = |key: Option<&'static str>| trigger_request(&app.a, &id, key, None);
     let (s1, v1, _) = app.raw(trigger(Some("run-now-1"))).await;
     assert_eq!(s1, StatusCode::CREATED, "{v1}");
     assert_eq!(
@@ -779,20 +770,7 @@ async fn a_triggered_run_carries_the_payload_its_body_gives() {
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     let trigger = |key: Option<&'static str>, body: Option<&'static str>| {
-        let mut req = Request::builder()
-            .method("POST")
-            .uri(format!("/v1/schedules/{id}/trigger"))
-            .header("authorization", format!("Bearer {}", app.a));
-        if let Some(k) = key {
-            req = req.header("idempotency-key", k);
-        }
-        match body {
-            Some(b) => req
-                .header("content-type", "application/json")
-                .body(Body::from(b))
-                .unwrap(),
-            None => req.body(Body::empty()).unwrap(),
-        }
+        trigger_request(&app.a, &id, key, body)
     };
     // Handed on exactly as sent (numbers keep every digit), as a create's payload is.
     let own = r#"{"payload": {"order": 42, "amount": 12345678901234567890.50}}"#;
@@ -1068,4 +1046,28 @@ async fn a_past_range_is_backfilled_once_paced_and_answered_again_by_its_key() {
     assert_eq!(s, StatusCode::OK);
     let (s, v, _) = app.raw(backfill(None, range)).await;
     assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "wrong_state"), "{v}");
+}
+
+/// `POST /v1/schedules/{id}/trigger` with `api_key`, an `Idempotency-Key` if given, and a JSON
+/// body if given (none otherwise).
+fn trigger_request(
+    api_key: &str,
+    id: &str,
+    key: Option<&str>,
+    body: Option<&str>,
+) -> Request<Body> {
+    let mut req = Request::builder()
+        .method("POST")
+        .uri(format!("/v1/schedules/{id}/trigger"))
+        .header("authorization", format!("Bearer {api_key}"));
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    match body {
+        Some(b) => req
+            .header("content-type", "application/json")
+            .body(Body::from(b.to_string()))
+            .unwrap(),
+        None => req.body(Body::empty()).unwrap(),
+    }
 }
