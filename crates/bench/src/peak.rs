@@ -49,6 +49,10 @@ pub struct PeakArgs {
     separate_claims: bool,
     #[command(flatten)]
     ceiling: crate::ceiling::CeilingFlag,
+    /// Do not run `bench throughput` beside the peak (at the same occurrence count, workers
+    /// and batch; no `ratio_to_throughput`).
+    #[arg(long)]
+    no_throughput: bool,
     /// A noisy neighbour: a second tenant with 10 schedules due every second and a worker of
     /// its own, beside the peak; reports its claim and schedule lag before the due instant
     /// (idle: from two seconds after the API answers) and during the drain.
@@ -499,8 +503,26 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
     } else {
         Some(crate::ceiling::rate(&args.common, args.schedules, args.batch, args.workers).await?)
     };
+    // `bench throughput` after the peak, at the same count, batch and workers: what the
+    // drain is judged against.
+    let throughput = if args.no_throughput {
+        None
+    } else {
+        Some(
+            crate::throughput::rate_beside(
+                &args.common,
+                args.schedules,
+                args.batch,
+                args.workers,
+                args.separate_claims,
+            )
+            .await?,
+        )
+    };
     let out = json!({
         "neighbour": nb,
+        "throughput_occurrences_per_sec": throughput,
+        "ratio_to_throughput": throughput.map(|t| rate / t.max(1e-9)),
         "ceiling_occurrences_per_sec": ceiling,
         "ratio_to_ceiling": ceiling.map(|c| rate / c.max(1e-9)),
         "bench": "peak",
@@ -550,6 +572,13 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         drain,
         lags.len() as f64 / drain.max(1e-9)
     );
+    if let Some(t) = throughput {
+        println!(
+            "bench throughput beside it (same count, workers and batch): {t:.0} occurrences/s; \
+             the drain ran at {:.2} of it",
+            rate / t.max(1e-9)
+        );
+    }
     if let Some(path) = &args.plot {
         let title = format!(
             "campanile bench peak: {} schedules, {:?}, {} workers, batch {}",

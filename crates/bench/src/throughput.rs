@@ -51,7 +51,6 @@ pub(crate) fn run(args: ThroughputArgs) -> Result<(), BenchError> {
 }
 
 async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
-    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
     let bench_db = args.common.open("bench.db").await?;
     let store = bench_db.store.clone();
     let cfg = ServerConfig::default();
@@ -67,74 +66,16 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
 
     let mut results = Vec::new();
     for (round, &batch) in args.batch.iter().enumerate() {
-        let tenant = store
-            .tenant_create(TenantCreate {
-                name: format!("bench-{round}"),
-                now: None,
-            })
-            .await
-            .map_err(err)?
-            .id;
-        let key = issue_key(store.as_ref(), Some(tenant), false)
-            .await
-            .map_err(err)?;
-        crate::common::seed_due(store.as_ref(), tenant, "bench", args.occurrences).await?;
-        let bar = ProgressBar::new(u64::from(args.occurrences));
-        bar.set_style(
-            ProgressStyle::with_template("HTTP batch {msg:>5} [{bar:40}] {pos}/{len} {per_sec}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.set_message(batch.to_string());
-        let done = Arc::new(AtomicU64::new(0));
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for w in 0..args.workers {
-            let client = Client::new(&url, &key).map_err(|e| BenchError::runtime(e.to_string()))?;
-            let (done, bar) = (done.clone(), bar.clone());
-            let separate = args.separate_claims;
-            tasks.push(tokio::spawn(async move {
-                let worker = format!("http-{w}");
-                let mut claimed = client.claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new())).await?;
-                while !claimed.is_empty() {
-                    let accepted = if separate && batch == 1 {
-                        let c = &claimed[0];
-                        let n = client.complete(c.id, &worker, c.epoch, json!(true)).await.map(|_| 1)?;
-                        claimed = client.claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new())).await?;
-                        n
-                    } else {
-                        let items = claimed.iter().map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true})).collect();
-                        let results = if separate {
-                            let results = client.completions(&worker, items).await?;
-                            claimed = client.claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new())).await?;
-                            results
-                        } else {
-                            let (results, next) = client.completions_and_claim_keyed(&worker, items, "bench", batch, 60, Some(ClaimKey::new())).await?;
-                            claimed = next;
-                            results
-                        };
-                        results.iter().filter(|o| o.outcome == "accepted").count() as u64
-                    };
-                    done.fetch_add(accepted, Ordering::Relaxed);
-                    bar.inc(accepted);
-                }
-                Ok::<(), campanile_sdk::SdkError>(())
-            }));
-        }
-        for t in tasks {
-            t.await
-                .map_err(|e| BenchError::runtime(format!("worker task failed: {e}")))?
-                .map_err(|e| BenchError::runtime(format!("HTTP worker failed: {e}")))?;
-        }
-        let secs = started.elapsed().as_secs_f64();
-        bar.finish_and_clear();
-        let completed = done.load(Ordering::Relaxed);
-        if completed != u64::from(args.occurrences) {
-            return Err(BenchError::runtime(format!(
-                "only {completed} of {} occurrences were completed",
-                args.occurrences
-            )));
-        }
-        let r = json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs });
+        let r = drain(
+            &store,
+            &url,
+            round,
+            args.occurrences,
+            batch,
+            args.workers,
+            args.separate_claims,
+        )
+        .await?;
         // The ceiling right after each batch size, on the same backend and machine.
         results.push(
             crate::common::with_ceiling(&args.common, args.ceiling.no_ceiling, args.workers, r)
@@ -162,4 +103,145 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
         );
     }
     Ok(())
+}
+
+/// One drain over the API at `url`: a fresh tenant gets `occurrences` due occurrences, then
+/// `workers` SDK clients claim and complete them `batch` at a time until none is left.
+async fn drain(
+    store: &Arc<dyn Store>,
+    url: &str,
+    round: usize,
+    occurrences: u32,
+    batch: u32,
+    workers: u32,
+    separate: bool,
+) -> Result<serde_json::Value, BenchError> {
+    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
+    let tenant = store
+        .tenant_create(TenantCreate {
+            name: format!("bench-{round}"),
+            now: None,
+        })
+        .await
+        .map_err(err)?
+        .id;
+    let key = issue_key(store.as_ref(), Some(tenant), false)
+        .await
+        .map_err(err)?;
+    crate::common::seed_due(store.as_ref(), tenant, "bench", occurrences).await?;
+    let bar = ProgressBar::new(u64::from(occurrences));
+    bar.set_style(
+        ProgressStyle::with_template("HTTP batch {msg:>5} [{bar:40}] {pos}/{len} {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(batch.to_string());
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let client = Client::new(&url, &key).map_err(|e| BenchError::runtime(e.to_string()))?;
+        let (done, bar) = (done.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("http-{w}");
+            let mut claimed = client
+                .claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new()))
+                .await?;
+            while !claimed.is_empty() {
+                let accepted = if separate && batch == 1 {
+                    let c = &claimed[0];
+                    let n = client
+                        .complete(c.id, &worker, c.epoch, json!(true))
+                        .await
+                        .map(|_| 1)?;
+                    claimed = client
+                        .claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new()))
+                        .await?;
+                    n
+                } else {
+                    let items = claimed
+                        .iter()
+                        .map(|c| json!({"occurrence_id": c.id, "epoch": c.epoch, "result": true}))
+                        .collect();
+                    let results = if separate {
+                        let results = client.completions(&worker, items).await?;
+                        claimed = client
+                            .claim_keyed("bench", &worker, batch, 60, Some(ClaimKey::new()))
+                            .await?;
+                        results
+                    } else {
+                        let (results, next) = client
+                            .completions_and_claim_keyed(
+                                &worker,
+                                items,
+                                "bench",
+                                batch,
+                                60,
+                                Some(ClaimKey::new()),
+                            )
+                            .await?;
+                        claimed = next;
+                        results
+                    };
+                    results.iter().filter(|o| o.outcome == "accepted").count() as u64
+                };
+                done.fetch_add(accepted, Ordering::Relaxed);
+                bar.inc(accepted);
+            }
+            Ok::<(), campanile_sdk::SdkError>(())
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| BenchError::runtime(format!("worker task failed: {e}")))?
+            .map_err(|e| BenchError::runtime(format!("HTTP worker failed: {e}")))?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let completed = done.load(Ordering::Relaxed);
+    if completed != u64::from(occurrences) {
+        return Err(BenchError::runtime(format!(
+            "only {completed} of {} occurrences were completed",
+            occurrences
+        )));
+    }
+    Ok(
+        json!({ "batch": batch, "occurrences": completed, "seconds": secs, "occurrences_per_sec": completed as f64 / secs }),
+    )
+}
+
+/// `bench throughput` at one batch size on a database and API of its own, as another
+/// benchmark measures it beside itself: occurrences claimed and completed per second.
+pub(crate) async fn rate_beside(
+    common: &Common,
+    occurrences: u32,
+    batch: u32,
+    workers: u32,
+    separate: bool,
+) -> Result<f64, BenchError> {
+    let bench_db = common.open("beside.db").await?;
+    let store = bench_db.store.clone();
+    let cfg = ServerConfig::default();
+    let app = router(AppState::new(Arc::clone(&store), &cfg, None), &cfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let r = drain(
+        &store,
+        &format!("http://{addr}"),
+        0,
+        occurrences,
+        batch,
+        workers,
+        separate,
+    )
+    .await;
+    server.abort();
+    bench_db.finish().await?;
+    r?["occurrences_per_sec"]
+        .as_f64()
+        .ok_or_else(|| BenchError::runtime("the throughput run gave no rate"))
 }

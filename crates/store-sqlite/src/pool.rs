@@ -44,6 +44,10 @@ impl ReadPool {
                 c.busy_timeout(std::time::Duration::from_secs(10))
                     .map_err(db_err)?;
                 crate::connection::stable_plans(&c)?;
+                // Pages read through the map, not copied in by a read() call each time the
+                // writer's commits have emptied this connection's cache.
+                c.execute_batch("PRAGMA mmap_size = 1073741824; PRAGMA cache_size = -16384;")
+                    .map_err(db_err)?;
                 c
             }
         };
