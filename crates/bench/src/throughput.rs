@@ -139,7 +139,7 @@ async fn drain(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let client = Client::new(&url, &key).map_err(|e| BenchError::runtime(e.to_string()))?;
+        let client = Client::new(url, &key).map_err(|e| BenchError::runtime(e.to_string()))?;
         let (done, bar) = (done.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             let worker = format!("http-{w}");
