@@ -60,7 +60,8 @@ pub(crate) struct ServeArgs {
     send_timeout: Option<u64>,
     /// MiB that the answers in flight (lists, claims) may hold at once, from before their
     /// records are read until they are sent, an answer counting twice its size while it is
-    /// built; at least 16 (one whole answer being built) [default: 64].
+    /// built; one tenant's answers hold at most half of it; at least 16 (one whole answer
+    /// being built) [default: 64].
     #[arg(long, env = "CAMPANILE_ANSWER_MEMORY_MIB")]
     answer_memory_mib: Option<usize>,
     /// Days a tenant's finished occurrences stay in the database before they are archived

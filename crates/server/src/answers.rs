@@ -5,13 +5,20 @@
 //! such answer holds its share of the node's budget from before its records are read until
 //! its body is sent (or its connection closed): a burst of large answers waits for room
 //! instead of growing the process toward the OOM killer.
+//!
+//! One tenant's answers hold at most half of the budget ([`AnswerMemory::hold`]): a tenant
+//! whose workers all claim at once (the top of the hour) waits behind its own claims, not
+//! every other tenant behind it (docs/DESIGN.md, "Why does one tenant hold at most half of
+//! the answer memory?").
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::response::Response;
+use campanile_store::TenantId;
 use http_body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -29,6 +36,13 @@ pub(crate) struct AnswerMemory {
     units: Arc<Semaphore>,
     /// The whole budget, in units.
     total: usize,
+    /// Each tenant's own share of the budget while it holds some: [`AnswerMemory::share`]
+    /// units, of which its holds take theirs before they take the node's. An entry is removed
+    /// when its tenant's last hold ends, so there are never more than tenants with answers
+    /// in flight.
+    tenants: Arc<Mutex<HashMap<TenantId, Arc<Semaphore>>>>,
+    /// The most one tenant's answers hold at once, in units: half the budget.
+    share: usize,
 }
 
 impl AnswerMemory {
@@ -39,31 +53,62 @@ impl AnswerMemory {
         AnswerMemory {
             units: Arc::new(Semaphore::new(total)),
             total,
+            tenants: Arc::default(),
+            // Never below one whole answer being built: any one answer can still be made.
+            share: (total / 2).max((ANSWER_BYTES * BUILDING).div_ceil(UNIT)),
         }
     }
 
     /// The smallest budget: one whole answer ([`ANSWER_BYTES`]) being built.
     pub(crate) const MIN_BYTES: usize = ANSWER_BYTES * BUILDING;
 
-    /// A hold for an answer of up to `want` bytes: as much as is free now, but at least
-    /// `floor` bytes (for which it waits). An answer sized by its hold ([`AnswerHold::bytes`])
-    /// shrinks under load rather than wait for a whole answer's room.
-    pub(crate) async fn hold(&self, want: usize, floor: usize) -> AnswerHold {
+    /// A hold for an answer to `tenant` of up to `want` bytes: as much as is free now, but at
+    /// least `floor` bytes (for which it waits). An answer sized by its hold
+    /// ([`AnswerHold::bytes`]) shrinks under load rather than wait for a whole answer's room.
+    /// What is free is the lesser of what the node has free and what is left of the tenant's
+    /// share, and the hold takes from both; it waits first for its tenant's share (behind
+    /// that tenant's earlier holds only), then for the node's.
+    pub(crate) async fn hold(&self, tenant: TenantId, want: usize, floor: usize) -> AnswerHold {
         let want = want
             .saturating_mul(BUILDING)
             .div_ceil(UNIT)
-            .clamp(BUILDING, self.total);
+            .clamp(BUILDING, self.share);
         let floor = floor
             .saturating_mul(BUILDING)
             .div_ceil(UNIT)
             .clamp(BUILDING, want);
-        let free = self.units.available_permits();
-        let units = free.clamp(floor, want);
-        let held = Arc::clone(&self.units)
-            .acquire_many_owned(u32::try_from(units).unwrap_or(u32::MAX))
-            .await;
+        let own = Arc::clone(
+            self.tenants
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(tenant)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.share))),
+        );
+        let free = self.units.available_permits().min(own.available_permits());
+        let units = u32::try_from(free.clamp(floor, want)).unwrap_or(u32::MAX);
+        let mut share = Arc::clone(&own).acquire_many_owned(units).await.ok();
+        let mut permit = Arc::clone(&self.units).acquire_many_owned(units).await.ok();
+        // A hold that had to wait takes, besides, what has come free meanwhile: a claim sized
+        // by its floor alone would answer a fraction of what it asked for.
+        let more = (want - units as usize)
+            .min(own.available_permits())
+            .min(self.units.available_permits());
+        if let (Some(p), Some(s), Ok(more)) = (permit.as_mut(), share.as_mut(), u32::try_from(more))
+            && more > 0
+            && let Ok(extra_share) = Arc::clone(&own).try_acquire_many_owned(more)
+        {
+            match Arc::clone(&self.units).try_acquire_many_owned(more) {
+                Ok(extra) => {
+                    s.merge(extra_share);
+                    p.merge(extra);
+                }
+                Err(_) => drop(extra_share),
+            }
+        }
         let hold = AnswerHold {
-            permit: held.ok(),
+            permit,
+            share,
+            tenant,
             gauge: Gauge(self.clone()),
         };
         hold.gauge.set();
@@ -73,6 +118,18 @@ impl AnswerMemory {
     /// Bytes held now by answers in flight.
     fn held_bytes(&self) -> usize {
         (self.total - self.units.available_permits()) * UNIT
+    }
+
+    /// Forgets `tenant`'s share once none of it is held (a hold of it that is being made
+    /// keeps it: it holds a reference).
+    fn release_share(&self, tenant: TenantId) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(own) = tenants.get(&tenant)
+            && Arc::strong_count(own) == 1
+            && own.available_permits() == self.share
+        {
+            tenants.remove(&tenant);
+        }
     }
 }
 
@@ -91,6 +148,9 @@ impl Gauge {
 pub(crate) struct AnswerHold {
     /// `None` only if the budget were closed (it never is): then nothing is held.
     permit: Option<OwnedSemaphorePermit>,
+    /// The same units, of the tenant's share.
+    share: Option<OwnedSemaphorePermit>,
+    tenant: TenantId,
     gauge: Gauge,
 }
 
@@ -106,12 +166,15 @@ impl AnswerHold {
     /// answer is built, it holds its own size until sent, not the room it was given).
     pub(crate) fn shrink_to(&mut self, bytes: usize) {
         let keep = bytes.div_ceil(UNIT).max(1);
-        if let Some(p) = self.permit.as_mut()
-            && p.num_permits() > keep
+        for p in [self.permit.as_mut(), self.share.as_mut()]
+            .into_iter()
+            .flatten()
         {
-            drop(p.split(p.num_permits() - keep));
-            self.gauge.set();
+            if p.num_permits() > keep {
+                drop(p.split(p.num_permits() - keep));
+            }
         }
+        self.gauge.set();
     }
 
     /// `resp`, holding this until its body has been sent or dropped.
@@ -129,6 +192,8 @@ impl AnswerHold {
 impl Drop for AnswerHold {
     fn drop(&mut self) {
         drop(self.permit.take());
+        drop(self.share.take());
+        self.gauge.0.release_share(self.tenant);
         self.gauge.set();
     }
 }
@@ -257,25 +322,79 @@ mod tests {
         AnswerMemory::new(bytes)
     }
 
+    const A: TenantId = TenantId(1);
+    const B: TenantId = TenantId(2);
+    const C: TenantId = TenantId(3);
+
     #[tokio::test]
     async fn holds_take_what_is_free_down_to_their_floor_and_give_back_on_shrink_and_drop() {
-        let m = memory(AnswerMemory::MIN_BYTES * 2);
-        let mut a = m.hold(ANSWER_BYTES, 1).await;
+        let m = memory(AnswerMemory::MIN_BYTES * 4);
+        let mut a = m.hold(A, ANSWER_BYTES, 1).await;
         assert_eq!(a.bytes(), ANSWER_BYTES);
         assert_eq!(m.held_bytes(), ANSWER_BYTES * BUILDING, "room to build it");
-        let b = m.hold(ANSWER_BYTES * 4, 1).await;
-        assert_eq!(b.bytes(), ANSWER_BYTES, "what is free, not more");
-        // Nothing free: a hold waits for its floor.
+        let b = m.hold(B, ANSWER_BYTES * 4, 1).await;
+        assert_eq!(
+            b.bytes(),
+            ANSWER_BYTES * 2,
+            "its tenant's share at most, not what it asked"
+        );
+        let c = m.hold(C, ANSWER_BYTES, 1).await;
+        assert_eq!(m.held_bytes(), ANSWER_BYTES * BUILDING * 4, "all of it");
+        // Nothing free: a hold waits for its floor, then takes what came free meanwhile.
         let m2 = m.clone();
-        let waiting = tokio::spawn(async move { m2.hold(ANSWER_BYTES, 4096).await.bytes() });
+        let waiting = tokio::spawn(async move { m2.hold(C, ANSWER_BYTES, 4096).await.bytes() });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         a.shrink_to(10_000);
         let got = waiting.await.expect("hold");
-        assert_eq!(got, 4096, "its floor: all that was free when it asked");
+        assert_eq!(
+            got,
+            (ANSWER_BYTES * BUILDING - 10 * UNIT) / BUILDING,
+            "all that came free, not only its floor"
+        );
         // (That hold is dropped with its task.)
-        assert_eq!(m.held_bytes(), 10 * UNIT + ANSWER_BYTES * BUILDING);
-        drop((a, b));
+        assert_eq!(m.held_bytes(), 10 * UNIT + ANSWER_BYTES * BUILDING * 3);
+        drop((a, b, c));
+        assert_eq!(m.held_bytes(), 0);
+        assert!(
+            m.tenants.lock().expect("tenants").is_empty(),
+            "no share kept"
+        );
+    }
+
+    /// A tenant whose answers hold half the budget waits behind its own answers; another
+    /// tenant's answer is not queued behind it.
+    #[tokio::test]
+    async fn one_tenant_holds_at_most_half_and_others_do_not_wait_behind_it() {
+        let m = memory(AnswerMemory::MIN_BYTES * 4);
+        let a1 = m.hold(A, ANSWER_BYTES, 1).await;
+        let a2 = m.hold(A, ANSWER_BYTES, 1).await;
+        assert_eq!(
+            m.held_bytes(),
+            ANSWER_BYTES * BUILDING * 2,
+            "half of the budget"
+        );
+        let m2 = m.clone();
+        let a3 = tokio::spawn(async move { m2.hold(A, ANSWER_BYTES, 1).await.bytes() });
+        tokio::task::yield_now().await;
+        assert!(
+            !a3.is_finished(),
+            "A waits for its own share, with half the node free"
+        );
+        let b = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            m.hold(B, ANSWER_BYTES, 1),
+        )
+        .await
+        .expect("B is not queued behind A's waiting answer");
+        assert_eq!(b.bytes(), ANSWER_BYTES);
+        drop(a1);
+        assert_eq!(
+            a3.await.expect("hold"),
+            ANSWER_BYTES,
+            "A's next answer, whole"
+        );
+        drop((a2, b));
         assert_eq!(m.held_bytes(), 0);
     }
 
@@ -283,7 +402,7 @@ mod tests {
     async fn an_attached_hold_is_kept_until_the_last_frame_is_taken() {
         use http_body_util::BodyExt;
         let m = memory(AnswerMemory::MIN_BYTES);
-        let mut hold = m.hold(ANSWER_BYTES, 1).await;
+        let mut hold = m.hold(A, ANSWER_BYTES, 1).await;
         let answer = vec![7u8; FRAME * 2 + 5];
         hold.shrink_to(answer.len());
         let held = answer.len().div_ceil(UNIT) * UNIT;

@@ -147,7 +147,7 @@ pub(crate) async fn claim_hold(
     let want = record
         .saturating_mul(claim.max as usize)
         .min(crate::ANSWER_BYTES);
-    let hold = state.answers.hold(want, record).await;
+    let hold = state.answers.hold(claim.tenant, want, record).await;
     claim.max_bytes = Some(hold.bytes() as u64);
     hold
 }

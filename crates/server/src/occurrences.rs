@@ -100,7 +100,7 @@ pub(crate) async fn list(
     let st = q.state.as_deref().map(parse_state).transpose()?;
     let mut hold = state
         .answers
-        .hold(crate::ANSWER_BYTES, crate::ANSWER_BYTES)
+        .hold(caller.tenant, crate::ANSWER_BYTES, crate::ANSWER_BYTES)
         .await;
     let mut page = crate::answers::AnswerBudget::new();
     let mut occurrences = Vec::new();

@@ -272,7 +272,7 @@ pub(crate) async fn list(
     let now = state.store.store_now().await?;
     let mut hold = state
         .answers
-        .hold(crate::ANSWER_BYTES, crate::ANSWER_BYTES)
+        .hold(caller.tenant, crate::ANSWER_BYTES, crate::ANSWER_BYTES)
         .await;
     let mut page = crate::answers::AnswerBudget::new();
     let mut schedules = Vec::new();
