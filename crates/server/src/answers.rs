@@ -38,8 +38,8 @@ pub(crate) struct AnswerMemory {
     total: usize,
     /// Each tenant's own share of the budget while it holds some: [`AnswerMemory::share`]
     /// units, of which its holds take theirs before they take the node's. An entry is removed
-    /// when its tenant's last hold ends, so there are never more than tenants with answers
-    /// in flight.
+    /// when its tenant's last hold ends or stops waiting, so there are never more than
+    /// tenants with answers in flight or waiting.
     tenants: Arc<Mutex<HashMap<TenantId, Arc<Semaphore>>>>,
     /// The most one tenant's answers hold at once, in units: half the budget.
     share: usize,
@@ -77,16 +77,22 @@ impl AnswerMemory {
             .saturating_mul(BUILDING)
             .div_ceil(UNIT)
             .clamp(BUILDING, want);
-        let own = Arc::clone(
-            self.tenants
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(tenant)
-                .or_insert_with(|| Arc::new(Semaphore::new(self.share))),
-        );
+        // Dropped last, whether the hold is made or given up while it waits.
+        let share_ref = ShareRef {
+            memory: self,
+            tenant,
+            own: Arc::clone(
+                self.tenants
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(tenant)
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.share))),
+            ),
+        };
+        let own = &share_ref.own;
         let free = self.units.available_permits().min(own.available_permits());
         let units = u32::try_from(free.clamp(floor, want)).unwrap_or(u32::MAX);
-        let mut share = Arc::clone(&own).acquire_many_owned(units).await.ok();
+        let mut share = Arc::clone(own).acquire_many_owned(units).await.ok();
         let mut permit = Arc::clone(&self.units).acquire_many_owned(units).await.ok();
         // A hold that had to wait takes, besides, what has come free meanwhile: a claim sized
         // by its floor alone would answer a fraction of what it asked for.
@@ -95,7 +101,7 @@ impl AnswerMemory {
             .min(self.units.available_permits());
         if let (Some(p), Some(s), Ok(more)) = (permit.as_mut(), share.as_mut(), u32::try_from(more))
             && more > 0
-            && let Ok(extra_share) = Arc::clone(&own).try_acquire_many_owned(more)
+            && let Ok(extra_share) = Arc::clone(own).try_acquire_many_owned(more)
         {
             match Arc::clone(&self.units).try_acquire_many_owned(more) {
                 Ok(extra) => {
@@ -129,6 +135,33 @@ impl AnswerMemory {
             && own.available_permits() == self.share
         {
             tenants.remove(&tenant);
+        }
+    }
+}
+
+/// A tenant's share as a hold being made refers to it: when the hold is made or given up
+/// (its caller gone while it waited), the share is forgotten if nothing holds it.
+struct ShareRef<'a> {
+    memory: &'a AnswerMemory,
+    tenant: TenantId,
+    own: Arc<Semaphore>,
+}
+
+impl Drop for ShareRef<'_> {
+    fn drop(&mut self) {
+        // This reference counts until the end of this function: the map's entry is removed
+        // only if no other reference than the map's and this one is left.
+        let mut tenants = self
+            .memory
+            .tenants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(own) = tenants.get(&self.tenant)
+            && Arc::ptr_eq(own, &self.own)
+            && Arc::strong_count(own) == 2
+            && own.available_permits() == self.memory.share
+        {
+            tenants.remove(&self.tenant);
         }
     }
 }
@@ -396,6 +429,32 @@ mod tests {
         );
         drop((a2, b));
         assert_eq!(m.held_bytes(), 0);
+    }
+
+    /// A hold given up while it waits (its caller gone) leaves no share behind.
+    #[tokio::test]
+    async fn a_hold_given_up_while_waiting_leaves_no_share() {
+        let m = memory(AnswerMemory::MIN_BYTES * 4);
+        let b = m.hold(B, ANSWER_BYTES * 2, 1).await;
+        let c = m.hold(C, ANSWER_BYTES * 2, 1).await;
+        assert_eq!(m.held_bytes(), ANSWER_BYTES * BUILDING * 4, "all of it");
+        let m2 = m.clone();
+        let given_up = tokio::spawn(async move { m2.hold(A, ANSWER_BYTES, 1).await.bytes() });
+        tokio::task::yield_now().await;
+        assert!(!given_up.is_finished(), "A waits for the node's room");
+        assert!(m.tenants.lock().expect("tenants").contains_key(&A));
+        given_up.abort();
+        assert!(given_up.await.is_err());
+        assert!(
+            !m.tenants.lock().expect("tenants").contains_key(&A),
+            "A's share forgotten"
+        );
+        drop((b, c));
+        assert_eq!(m.held_bytes(), 0);
+        assert!(
+            m.tenants.lock().expect("tenants").is_empty(),
+            "no share kept"
+        );
     }
 
     #[tokio::test]
