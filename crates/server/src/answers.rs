@@ -77,22 +77,22 @@ impl AnswerMemory {
             .saturating_mul(BUILDING)
             .div_ceil(UNIT)
             .clamp(BUILDING, want);
-        // Dropped last, whether the hold is made or given up while it waits.
-        let share_ref = ShareRef {
+        // Declared before the share's reference, so dropped after it: whether the hold is
+        // made or given up while it waits, the share is then forgotten if nothing holds it.
+        let _forget = Forget {
             memory: self,
             tenant,
-            own: Arc::clone(
-                self.tenants
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(tenant)
-                    .or_insert_with(|| Arc::new(Semaphore::new(self.share))),
-            ),
         };
-        let own = &share_ref.own;
+        let own = Arc::clone(
+            self.tenants
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(tenant)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.share))),
+        );
         let free = self.units.available_permits().min(own.available_permits());
         let units = u32::try_from(free.clamp(floor, want)).unwrap_or(u32::MAX);
-        let mut share = Arc::clone(own).acquire_many_owned(units).await.ok();
+        let mut share = Arc::clone(&own).acquire_many_owned(units).await.ok();
         let mut permit = Arc::clone(&self.units).acquire_many_owned(units).await.ok();
         // A hold that had to wait takes, besides, what has come free meanwhile: a claim sized
         // by its floor alone would answer a fraction of what it asked for.
@@ -101,7 +101,7 @@ impl AnswerMemory {
             .min(self.units.available_permits());
         if let (Some(p), Some(s), Ok(more)) = (permit.as_mut(), share.as_mut(), u32::try_from(more))
             && more > 0
-            && let Ok(extra_share) = Arc::clone(own).try_acquire_many_owned(more)
+            && let Ok(extra_share) = Arc::clone(&own).try_acquire_many_owned(more)
         {
             match Arc::clone(&self.units).try_acquire_many_owned(more) {
                 Ok(extra) => {
@@ -126,8 +126,8 @@ impl AnswerMemory {
         (self.total - self.units.available_permits()) * UNIT
     }
 
-    /// Forgets `tenant`'s share once none of it is held (a hold of it that is being made
-    /// keeps it: it holds a reference).
+    /// Forgets `tenant`'s share once none of it is held and no hold of it is being made (each
+    /// holds a reference to it).
     fn release_share(&self, tenant: TenantId) {
         let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(own) = tenants.get(&tenant)
@@ -139,30 +139,16 @@ impl AnswerMemory {
     }
 }
 
-/// A tenant's share as a hold being made refers to it: when the hold is made or given up
-/// (its caller gone while it waited), the share is forgotten if nothing holds it.
-struct ShareRef<'a> {
+/// Forgets a tenant's share, if nothing holds it, when a hold of it is made or given up (its
+/// caller gone while it waited).
+struct Forget<'a> {
     memory: &'a AnswerMemory,
     tenant: TenantId,
-    own: Arc<Semaphore>,
 }
 
-impl Drop for ShareRef<'_> {
+impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        // This reference counts until the end of this function: the map's entry is removed
-        // only if no other reference than the map's and this one is left.
-        let mut tenants = self
-            .memory
-            .tenants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(own) = tenants.get(&self.tenant)
-            && Arc::ptr_eq(own, &self.own)
-            && Arc::strong_count(own) == 2
-            && own.available_permits() == self.memory.share
-        {
-            tenants.remove(&self.tenant);
-        }
+        self.memory.release_share(self.tenant);
     }
 }
 
