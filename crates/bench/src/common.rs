@@ -87,6 +87,41 @@ impl BenchDb {
     }
 }
 
+/// Serves `app` on a loopback port: its base URL, and the task serving it (aborted when the
+/// benchmark is done).
+pub(crate) async fn serve(
+    app: axum::Router,
+) -> Result<(String, tokio::task::JoinHandle<std::io::Result<()>>), BenchError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| BenchError::runtime(e.to_string()))?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((format!("http://{addr}"), server))
+}
+
+/// A new tenant named `name`, and an API key of it.
+pub(crate) async fn tenant_with_key(
+    store: &dyn campanile_store::Store,
+    name: &str,
+) -> Result<(campanile_store::TenantId, String), BenchError> {
+    let err = |e: campanile_store::StoreError| BenchError::runtime(format!("store error: {e}"));
+    let tenant = store
+        .tenant_create(campanile_store::TenantCreate {
+            name: name.into(),
+            now: None,
+        })
+        .await
+        .map_err(err)?
+        .id;
+    let key = campanile_server::issue_key(store, Some(tenant), false)
+        .await
+        .map_err(err)?;
+    Ok((tenant, key))
+}
+
 /// The definition every benchmark schedule uses: `timing` on `queue`, default policies.
 pub(crate) fn bench_spec(
     timing: campanile_store::Timing,

@@ -13,7 +13,7 @@ use campanile_calendar::{DstFold, DstGap};
 use campanile_core::ScheduleId;
 use campanile_planner::{Engine, PlannerConfig, SweepConfig, shard_of};
 use campanile_sdk::{ClaimKey, Client};
-use campanile_server::{AppState, ServerConfig, issue_key, router};
+use campanile_server::{AppState, ServerConfig, router};
 use campanile_store::*;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -151,17 +151,7 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
     let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
     let bench_db = args.common.open("peak.db").await?;
     let store = bench_db.store.clone();
-    let tenant = store
-        .tenant_create(TenantCreate {
-            name: "peak".into(),
-            now: None,
-        })
-        .await
-        .map_err(err)?
-        .id;
-    let key = issue_key(store.as_ref(), Some(tenant), false)
-        .await
-        .map_err(err)?;
+    let (tenant, key) = crate::common::tenant_with_key(store.as_ref(), "peak").await?;
 
     // The due instant: the top of the next minute (or --due-in seconds from now).
     let now = Timestamp::now();
@@ -228,17 +218,7 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
 
     // The neighbour: its own tenant, key and schedules (every second, from now on).
     let neighbour = if args.neighbour {
-        let nb = store
-            .tenant_create(TenantCreate {
-                name: "neighbour".into(),
-                now: None,
-            })
-            .await
-            .map_err(err)?
-            .id;
-        let nb_key = issue_key(store.as_ref(), Some(nb), false)
-            .await
-            .map_err(err)?;
+        let (nb, nb_key) = crate::common::tenant_with_key(store.as_ref(), "neighbour").await?;
         let anchor = Timestamp::from_second(Timestamp::now().as_second() + 1)
             .map_err(|e| BenchError::runtime(e.to_string()))?;
         let every = crate::common::bench_spec(
@@ -285,14 +265,7 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         AppState::new(Arc::clone(&store), &cfg, Some(engine.planner().clone())),
         &cfg,
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| BenchError::runtime(e.to_string()))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| BenchError::runtime(e.to_string()))?;
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let url = format!("http://{addr}");
+    let (url, server) = crate::common::serve(app).await?;
     // The neighbour's idle baseline starts two seconds after the API answers: before, its
     // runs wait for the node's first planning pass over the whole seed.
     let idle_from = Timestamp::now()

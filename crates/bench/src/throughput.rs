@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use campanile_sdk::{ClaimKey, Client};
-use campanile_server::{AppState, ServerConfig, issue_key, router};
+use campanile_server::{AppState, ServerConfig, router};
 use campanile_store::*;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -55,14 +55,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
     let store = bench_db.store.clone();
     let cfg = ServerConfig::default();
     let app = router(AppState::new(Arc::clone(&store), &cfg, None), &cfg);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| BenchError::runtime(e.to_string()))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| BenchError::runtime(e.to_string()))?;
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let url = format!("http://{addr}");
+    let (url, server) = crate::common::serve(app).await?;
 
     let mut results = Vec::new();
     for (round, &batch) in args.batch.iter().enumerate() {
@@ -116,18 +109,8 @@ async fn drain(
     workers: u32,
     separate: bool,
 ) -> Result<serde_json::Value, BenchError> {
-    let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
-    let tenant = store
-        .tenant_create(TenantCreate {
-            name: format!("bench-{round}"),
-            now: None,
-        })
-        .await
-        .map_err(err)?
-        .id;
-    let key = issue_key(store.as_ref(), Some(tenant), false)
-        .await
-        .map_err(err)?;
+    let (tenant, key) =
+        crate::common::tenant_with_key(store.as_ref(), &format!("bench-{round}")).await?;
     crate::common::seed_due(store.as_ref(), tenant, "bench", occurrences).await?;
     let bar = ProgressBar::new(u64::from(occurrences));
     bar.set_style(
@@ -222,23 +205,8 @@ pub(crate) async fn rate_beside(
     let store = bench_db.store.clone();
     let cfg = ServerConfig::default();
     let app = router(AppState::new(Arc::clone(&store), &cfg, None), &cfg);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| BenchError::runtime(e.to_string()))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| BenchError::runtime(e.to_string()))?;
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let r = drain(
-        &store,
-        &format!("http://{addr}"),
-        0,
-        occurrences,
-        batch,
-        workers,
-        separate,
-    )
-    .await;
+    let (url, server) = crate::common::serve(app).await?;
+    let r = drain(&store, &url, 0, occurrences, batch, workers, separate).await;
     server.abort();
     bench_db.finish().await?;
     r?["occurrences_per_sec"]
