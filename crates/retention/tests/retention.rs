@@ -250,6 +250,23 @@ async fn details(s: &dyn Store, tenant: TenantId, schedule: ScheduleId) -> Vec<O
 }
 
 /// What each archived line must be: the occurrence as stored before retention.
+/// What the rollups of `schedule` count, by state.
+async fn rollup_counts(
+    s: &dyn Store,
+    tenant: TenantId,
+    schedule: ScheduleId,
+) -> BTreeMap<&'static str, u64> {
+    s.rollup_list(RollupList {
+        tenant,
+        schedule_id: schedule,
+    })
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.state.as_str(), r.count))
+    .collect()
+}
+
 fn expected_line(d: &OccurrenceDetail) -> serde_json::Value {
     let r = Retired {
         tenant: TenantId(0),
@@ -304,20 +321,10 @@ async fn archive_reads_back_what_was_removed(s: Arc<dyn Store>) {
         "{files:?}"
     );
     // The rollups count what left, by state.
-    let rollups = s
-        .rollup_list(RollupList {
-            tenant,
-            schedule_id: schedule,
-        })
-        .await
-        .unwrap();
-    let counts: BTreeMap<&str, u64> = rollups
-        .iter()
-        .map(|r| (r.state.as_str(), r.count))
-        .collect();
+    let counts = rollup_counts(s.as_ref(), tenant, schedule).await;
     assert_eq!(
         counts,
-        BTreeMap::from([("SUCCEEDED", 10), ("DEAD", 5), ("CANCELED", 5),])
+        BTreeMap::from([("SUCCEEDED", 10), ("DEAD", 5), ("CANCELED", 5)])
     );
     // Reconcile over the archived range: every instant accounted for, nothing missing.
     let range = campanile_planner::reconcile::Range {
@@ -551,17 +558,7 @@ async fn a_whole_day_leaves_at_once(s: Arc<dyn Store>) {
         expected["tenant"] = who.into();
         assert_eq!(serde_json::to_value(line).unwrap(), expected);
     }
-    let rollups = s
-        .rollup_list(RollupList {
-            tenant,
-            schedule_id: schedule,
-        })
-        .await
-        .unwrap();
-    let counts: BTreeMap<&str, u64> = rollups
-        .iter()
-        .map(|r| (r.state.as_str(), r.count))
-        .collect();
+    let counts = rollup_counts(s.as_ref(), tenant, schedule).await;
     assert_eq!(
         counts,
         BTreeMap::from([("SUCCEEDED", 10), ("DEAD", 5), ("CANCELED", 6)])
@@ -761,14 +758,9 @@ fn sigkill_mid_retention(s: Arc<dyn Store>, child: &str, env: &[(&str, String)],
         .map(|d| (d.occurrence.id.0.to_string(), expected_line(d)))
         .collect();
     let counted = |s: &dyn Store| {
-        rt.block_on(s.rollup_list(RollupList {
-            tenant,
-            schedule_id: schedule,
-        }))
-        .unwrap()
-        .iter()
-        .map(|r| r.count)
-        .sum::<u64>()
+        rt.block_on(rollup_counts(s, tenant, schedule))
+            .values()
+            .sum::<u64>()
     };
     let mut kills = 0;
     for round in 0..6u64 {
