@@ -393,10 +393,18 @@ impl Retention {
     /// Runs passes until `stop` says so: paced while there is more to look at, then every
     /// `idle`. A failed pass is logged and counted, and tried again after `idle`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        // When the coming days' partitions were last made sure of: passes follow one another
+        // at once while a backlog drains, and the days need it far less often than that.
+        let mut prepared: Option<tokio::time::Instant> = None;
         loop {
-            if let Err(e) = self.prepare_days().await {
-                metrics::counter!("campanile_retention_failures_total").increment(1);
-                tracing::warn!(error = %e, "the coming days' partitions were not created");
+            if prepared.is_none_or(|at| at.elapsed() >= PREPARE_EVERY) {
+                match self.prepare_days().await {
+                    Ok(_) => prepared = Some(tokio::time::Instant::now()),
+                    Err(e) => {
+                        metrics::counter!("campanile_retention_failures_total").increment(1);
+                        tracing::warn!(error = %e, "the coming days' partitions were not created");
+                    }
+                }
             }
             let pass = self.pass(None).await;
             match &pass {
@@ -440,8 +448,13 @@ impl Retention {
     }
 }
 
-/// Days after today whose partitions each pass makes sure of (PostgreSQL).
+/// Days after today whose partitions are made sure of (PostgreSQL).
 const DAYS_AHEAD: u32 = 3;
+
+/// How often, at most, [`Retention::run`] makes sure of the coming days' partitions (and
+/// after a failure, at the next pass): days are made three ahead, so an hour leaves ample
+/// time.
+const PREPARE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Where [`Retention::pass_until`] stops.
 #[doc(hidden)]
