@@ -3,9 +3,11 @@
 //!
 //! The same durability (SQLite: WAL with `synchronous = FULL`, as the store opens it;
 //! PostgreSQL: `synchronous_commit = on`), the same unique key `(schedule_id, version,
-//! scheduled_for)`, the same lease and epoch columns: a claim takes due rows in availability
-//! order, sets owner, epoch + 1 and a lease, and commits; a completion is accepted only from
-//! the owner at the current epoch inside the lease, and commits. What it leaves out is all
+//! scheduled_for)`, the same lease and epoch columns: a claim takes due rows and rows whose
+//! lease has expired (an index of running leases finds them: without it, a dead worker's rows
+//! would never run), oldest first, sets owner, epoch + 1 and a lease, and commits; a completion
+//! is accepted only from the owner at the current epoch inside the lease, and commits. What it
+//! leaves out is all
 //! Campanile adds: tenants, quotas, overlap policies, attempts history, payloads, the HTTP
 //! layer. On SQLite one connection does both (the file has one writer); on PostgreSQL each
 //! of `--workers` connections loops claim, complete (`FOR UPDATE SKIP LOCKED`), and the
@@ -131,7 +133,24 @@ const SCHEMA: &str = "
         finished_at   INTEGER,
         result        TEXT,
         UNIQUE (schedule_id, version, scheduled_for));
-    CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';";
+    CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';
+    CREATE INDEX ceiling_leased ON ceiling (lease_until) WHERE state = 'RUNNING';";
+
+/// The SQLite ceiling's claim: at most `?2` rows due at `?1` or whose lease expired by then,
+/// oldest first, taken by worker `w` with a new epoch and a lease of a minute.
+const SQLITE_CLAIM: &str = "
+    UPDATE ceiling SET state = 'RUNNING', owner = 'w', epoch = epoch + 1, lease_until = ?1 + 60000
+     WHERE seq IN (
+           SELECT seq FROM (
+               SELECT * FROM (SELECT seq, available_at AS at FROM ceiling
+                               WHERE state = 'READY' AND available_at <= ?1
+                               ORDER BY available_at LIMIT ?2)
+               UNION ALL
+               SELECT * FROM (SELECT seq, lease_until AS at FROM ceiling
+                               WHERE state = 'RUNNING' AND lease_until <= ?1
+                               ORDER BY lease_until LIMIT ?2))
+            ORDER BY at LIMIT ?2)
+    RETURNING seq, epoch";
 
 fn sqlite(path: &std::path::Path, n: u32, batch: u32) -> Result<f64, BenchError> {
     use rusqlite::params;
@@ -184,15 +203,7 @@ fn sqlite(path: &std::path::Path, n: u32, batch: u32) -> Result<f64, BenchError>
             }
         }
         let claimed: Vec<(i64, i64)> = {
-            let mut s = tx
-                .prepare_cached(
-                    "UPDATE ceiling SET state = 'RUNNING', owner = 'w', epoch = epoch + 1,
-                            lease_until = ?1 + 60000
-                      WHERE seq IN (SELECT seq FROM ceiling WHERE state = 'READY'
-                                      AND available_at <= ?1 ORDER BY available_at LIMIT ?2)
-                      RETURNING seq, epoch",
-                )
-                .map_err(err)?;
+            let mut s = tx.prepare_cached(SQLITE_CLAIM).map_err(err)?;
             s.query_map(params![now, batch], |r| Ok((r.get(0)?, r.get(1)?)))
                 .map_err(err)?
                 .collect::<rusqlite::Result<_>>()
@@ -212,6 +223,24 @@ fn sqlite(path: &std::path::Path, n: u32, batch: u32) -> Result<f64, BenchError>
     }
     Ok(done as f64 / secs)
 }
+
+/// The PostgreSQL ceiling's claim: at most `$3` rows due at `$2` or whose lease expired by
+/// then, oldest first, taken by worker `$1` with a new epoch and a lease of a minute. The
+/// picked rows as an array: `seq IN (subquery)` (or a join with a CTE) is planned as a hash
+/// join over a scan of the whole table.
+const PG_CLAIM: &str = "
+    WITH ready AS (
+           SELECT seq, available_at AS at FROM ceiling
+            WHERE state = 'READY' AND available_at <= $2
+            ORDER BY available_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+         expired AS (
+           SELECT seq, lease_until AS at FROM ceiling
+            WHERE state = 'RUNNING' AND lease_until <= $2
+            ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED)
+    UPDATE ceiling SET state = 'RUNNING', owner = $1, epoch = epoch + 1, lease_until = $2 + 60000
+     WHERE seq = ANY(ARRAY(SELECT seq FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
+                            ORDER BY at LIMIT $3))
+    RETURNING seq, epoch";
 
 async fn postgres(url: &str, n: u32, batch: u32, workers: u32) -> Result<f64, BenchError> {
     let err = |e: tokio_postgres::Error| BenchError::runtime(format!("ceiling (PostgreSQL): {e}"));
@@ -243,7 +272,8 @@ async fn postgres(url: &str, n: u32, batch: u32, workers: u32) -> Result<f64, Be
                  finished_at   BIGINT,
                  result        TEXT,
                  UNIQUE (schedule_id, version, scheduled_for));
-             CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';"
+             CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';
+             CREATE INDEX ceiling_leased ON ceiling (lease_until) WHERE state = 'RUNNING';"
         ))
         .await
         .map_err(err)?;
@@ -303,16 +333,9 @@ async fn postgres(url: &str, n: u32, batch: u32, workers: u32) -> Result<f64, Be
                         .await?;
                     done.fetch_add(n, Ordering::Relaxed);
                 }
-                // The picked rows as an array: `seq IN (subquery)` (or a join with a CTE) is
-                // planned as a hash join over a scan of the whole table.
                 let rows = tx
                     .query(
-                        "UPDATE ceiling SET state = 'RUNNING', owner = $1, epoch = epoch + 1,
-                                lease_until = $2 + 60000
-                          WHERE seq = ANY(ARRAY(SELECT seq FROM ceiling WHERE state = 'READY'
-                                          AND available_at <= $2 ORDER BY available_at LIMIT $3
-                                          FOR UPDATE SKIP LOCKED))
-                          RETURNING seq, epoch",
+                        PG_CLAIM,
                         &[&worker, &now, &i64::from(batch)],
                     )
                     .await?;
@@ -344,4 +367,114 @@ async fn postgres(url: &str, n: u32, batch: u32, workers: u32) -> Result<f64, Be
         )));
     }
     Ok(done as f64 / secs)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// A row as `(seq, state, owner, epoch, available_at, lease_until)`.
+    type Row = (i64, &'static str, Option<&'static str>, i64, i64, Option<i64>);
+
+    /// One due, one whose lease expired at 90, one still leased until 200, one not due until
+    /// 150.
+    const ROWS: [Row; 4] = [
+        (1, "READY", None, 0, 50, None),
+        (2, "RUNNING", Some("dead"), 3, 10, Some(90)),
+        (3, "RUNNING", Some("live"), 1, 20, Some(200)),
+        (4, "READY", None, 0, 150, None),
+    ];
+
+    /// The claim takes a dead worker's rows once their lease has passed, as Campanile's claim
+    /// does, oldest first, and leaves live leases and rows not yet due alone.
+    #[test]
+    fn the_sqlite_claim_takes_due_rows_and_expired_leases() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        c.execute_batch(SCHEMA).unwrap();
+        for (seq, state, owner, epoch, at, lease) in ROWS {
+            c.execute(
+                "INSERT INTO ceiling (seq, id, schedule_id, version, scheduled_for, available_at,
+                                      state, owner, epoch, lease_until)
+                 VALUES (?1, randomblob(16), x'00', 1, ?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![seq, at, state, owner, epoch, lease],
+            )
+            .unwrap();
+        }
+        let claimed: Vec<(i64, i64)> = c
+            .prepare(SQLITE_CLAIM)
+            .unwrap()
+            .query_map(rusqlite::params![100, 10], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut claimed = claimed;
+        claimed.sort_unstable();
+        assert_eq!(claimed, [(1, 1), (2, 4)]);
+        // Oldest first across both: at 300 the row due since 150 goes before the lease that
+        // ended at 200.
+        let one: Vec<i64> = c
+            .prepare(SQLITE_CLAIM)
+            .unwrap()
+            .query_map(rusqlite::params![300, 1], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(one, [4]);
+    }
+
+    /// The same on PostgreSQL, in a schema of its own (skipped without
+    /// `CAMPANILE_TEST_PG_URL`).
+    #[test]
+    fn the_postgres_claim_takes_due_rows_and_expired_leases() {
+        let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+            eprintln!("CAMPANILE_TEST_PG_URL is not set; skipping the PostgreSQL ceiling test");
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let schema = format!("ceiling_test_{}", uuid::Uuid::now_v7().simple());
+            client
+                .batch_execute(&format!(
+                    "CREATE SCHEMA {schema}; SET search_path = {schema};
+                     CREATE TABLE ceiling (seq BIGINT PRIMARY KEY, state TEXT NOT NULL,
+                         owner TEXT, epoch BIGINT NOT NULL, available_at BIGINT NOT NULL,
+                         lease_until BIGINT);
+                     CREATE INDEX ceiling_ready ON ceiling (available_at) WHERE state = 'READY';
+                     CREATE INDEX ceiling_leased ON ceiling (lease_until) WHERE state = 'RUNNING';"
+                ))
+                .await
+                .unwrap();
+            for (seq, state, owner, epoch, at, lease) in ROWS {
+                client
+                    .execute(
+                        "INSERT INTO ceiling VALUES ($1, $2, $3, $4, $5, $6)",
+                        &[&seq, &state, &owner, &epoch, &at, &lease],
+                    )
+                    .await
+                    .unwrap();
+            }
+            let mut claimed: Vec<(i64, i64)> = client
+                .query(PG_CLAIM, &[&"w", &100i64, &10i64])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            claimed.sort_unstable();
+            client
+                .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                .await
+                .unwrap();
+            assert_eq!(claimed, [(1, 1), (2, 4)]);
+        });
+    }
 }
