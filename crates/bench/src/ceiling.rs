@@ -376,7 +376,14 @@ mod tests {
     use super::*;
 
     /// A row as `(seq, state, owner, epoch, available_at, lease_until)`.
-    type Row = (i64, &'static str, Option<&'static str>, i64, i64, Option<i64>);
+    type Row = (
+        i64,
+        &'static str,
+        Option<&'static str>,
+        i64,
+        i64,
+        Option<i64>,
+    );
 
     /// One due, one whose lease expired at 90, one still leased until 200, one not due until
     /// 150.

@@ -13,12 +13,18 @@ use uuid::Uuid;
 use crate::attempt::RECORD_LOST;
 use crate::db::{R, db_err, dur_ms, ts};
 use crate::fenced::hands_out_work;
+use crate::finish::RowNumbers;
 
 /// `(seq, id, schedule_id, version, scheduled_for, available_at, epoch, attempts, lease_ms)`
 /// (`lease_ms`: the occurrence's own lease length, granted when the claim names none).
 pub(crate) type ClaimRow = (i64, Uuid, Uuid, u32, i64, i64, i64, u32, i64);
 
-pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) -> R<Vec<Claimed>> {
+pub(crate) fn occurrence_claim(
+    c: &Connection,
+    p: &OccurrenceClaim,
+    now: i64,
+    numbers: &mut RowNumbers,
+) -> R<Vec<Claimed>> {
     if !hands_out_work(c, now)? {
         return Err(StoreError::NoLiveNode);
     }
@@ -55,6 +61,7 @@ pub(crate) fn occurrence_claim(c: &Connection, p: &OccurrenceClaim, now: i64) ->
     if left > 0 && !room.room.is_full() {
         rows.extend(claim_constrained(c, p, now, lease, left, &mut room)?);
     }
+    numbers.note(rows.iter().map(|r| (r.1, r.0)));
     finish_claim(rows, now, lease)
 }
 

@@ -3,28 +3,71 @@
 use campanile_core::OccurrenceState;
 use campanile_store::fence::{self, reported};
 use campanile_store::*;
+use std::collections::HashMap;
+
 use rusqlite::{CachedStatement, Connection, params};
+use uuid::Uuid;
 
 use crate::attempt::record_attempt;
 use crate::db::{R, db_err, refused, ts};
 use crate::fenced::fence_row;
 
+/// The row numbers (`seq`) of occurrences the writer's claims handed out, by id, so that a
+/// report, which names its occurrences by id, finds each row by its number instead of seeking
+/// the id index: the ids of one instant's occurrences follow a hash of their key, not the
+/// order a claim takes them in, so at the top of the hour each of those seeks lands on a leaf
+/// of the id index at random (BENCHMARKS.md, "Where the gaps are"). An occurrence keeps its
+/// number for as long as its row exists, so an entry is never wrong about a row that exists;
+/// the update still checks the id, and one that finds no row by the number is looked up by id
+/// as before. At most [`RowNumbers::CAP`] entries (emptied when full: what a worker never
+/// reports stays only until then); an entry goes when its report is accepted.
+#[derive(Debug, Default)]
+pub(crate) struct RowNumbers(pub(crate) HashMap<Uuid, i64>);
+
+impl RowNumbers {
+    /// Far more than the leases one node's workers hold at once in normal operation; 24 bytes
+    /// and a hash entry each (about 8 MiB when full).
+    pub(crate) const CAP: usize = 1 << 18;
+
+    /// Notes the numbers of claimed occurrences, `(id, seq)`.
+    pub(crate) fn note(&mut self, rows: impl Iterator<Item = (Uuid, i64)>) {
+        for (id, seq) in rows {
+            if self.0.len() >= Self::CAP {
+                self.0.clear();
+            }
+            self.0.insert(id, seq);
+        }
+    }
+}
+
 pub(crate) fn occurrence_finish_many(
     c: &Connection,
     p: &OccurrenceFinishMany,
     now: i64,
+    numbers: &mut RowNumbers,
 ) -> R<Vec<Ack>> {
     let mut out = Vec::with_capacity(p.items.len());
     // Prepared once for the batch (as the planner's inserts are): a cache lookup and return
     // per item was about 7% of a success's instructions.
-    let mut succeed = c
-        .prepare_cached(
-            "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2,
-                    ran_until = ?2
-              WHERE id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5
-                AND lease_until > ?2",
-        )
-        .map_err(db_err)?;
+    let mut succeed = Succeed {
+        by_id: c
+            .prepare_cached(
+                "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2,
+                        ran_until = ?2
+                  WHERE id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4 AND epoch = ?5
+                    AND lease_until > ?2",
+            )
+            .map_err(db_err)?,
+        by_number: c
+            .prepare_cached(
+                "UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE(?1, result), finished_at = ?2,
+                        ran_until = ?2
+                  WHERE seq = ?7 AND id = ?3 AND tenant_id = ?6 AND state = 'RUNNING' AND owner = ?4
+                    AND epoch = ?5 AND lease_until > ?2",
+            )
+            .map_err(db_err)?,
+        numbers,
+    };
     for item in &p.items {
         out.push(finish_one(
             c,
@@ -38,9 +81,48 @@ pub(crate) fn occurrence_finish_many(
     Ok(out)
 }
 
+/// A success's fenced write, by row number when the writer knows it, else by id.
+pub(crate) struct Succeed<'c, 'n> {
+    by_id: CachedStatement<'c>,
+    by_number: CachedStatement<'c>,
+    numbers: &'n mut RowNumbers,
+}
+
+impl Succeed<'_, '_> {
+    /// Writes the success if the fence holds; the affected-row count (0 or 1).
+    fn write(
+        &mut self,
+        tenant: TenantId,
+        worker: &str,
+        id: Uuid,
+        epoch: i64,
+        result: Option<&str>,
+        now: i64,
+    ) -> R<usize> {
+        if let Some(&seq) = self.numbers.0.get(&id) {
+            let rows = self
+                .by_number
+                .execute(params![result, now, id, worker, epoch, tenant.0, seq])
+                .map_err(db_err)?;
+            if rows == 1 {
+                self.numbers.0.remove(&id);
+                return Ok(rows);
+            }
+        }
+        let rows = self
+            .by_id
+            .execute(params![result, now, id, worker, epoch, tenant.0])
+            .map_err(db_err)?;
+        if rows == 1 {
+            self.numbers.0.remove(&id);
+        }
+        Ok(rows)
+    }
+}
+
 pub(crate) fn finish_one(
     c: &Connection,
-    succeed: &mut CachedStatement<'_>,
+    succeed: &mut Succeed<'_, '_>,
     tenant: TenantId,
     worker: &str,
     item: &FinishItem,
@@ -50,16 +132,14 @@ pub(crate) fn finish_one(
     // A success needs nothing from the row but the fence itself: write first, conditionally,
     // and read the row only to explain a refusal (the slow path below).
     if let Finish::Succeeded { result } = &item.finish {
-        let rows = succeed
-            .execute(params![
-                result,
-                now,
-                id.0,
-                worker,
-                item.lease.epoch,
-                tenant.0
-            ])
-            .map_err(db_err)?;
+        let rows = succeed.write(
+            tenant,
+            worker,
+            id.0,
+            item.lease.epoch,
+            result.as_deref(),
+            now,
+        )?;
         // The attempt that succeeded is the occurrence row's own: no attempt row to write.
         if rows == 1 {
             return Ok(Ack {
@@ -106,6 +186,7 @@ pub(crate) fn finish_one(
         // Cannot happen under the single writer; answer honestly if it ever does.
         return Ok(refused(id, Conflict::WrongState { state: view.state }));
     }
+    succeed.numbers.0.remove(&id.0);
     if let Some(at) = plan.outbox_due(now) {
         c.prepare_cached(
             "UPDATE outbox SET available_at = ?1 WHERE occurrence_id = ?2 AND settled_at IS NULL",

@@ -66,6 +66,9 @@ struct Inner {
     /// The keys of the writer's latest claims that claimed something (used by the writer's
     /// jobs only).
     claim_keys: Arc<std::sync::Mutex<RecentKeys>>,
+    /// The row numbers of occurrences the writer's claims handed out (used by the writer's
+    /// jobs only).
+    row_numbers: Arc<std::sync::Mutex<finish::RowNumbers>>,
 }
 
 /// The keys of the latest keyed claims that claimed something, at most [`RecentKeys::CAP`]:
@@ -163,6 +166,7 @@ impl SqliteStore {
                 readers,
                 clock: opts.clock,
                 claim_keys: Arc::default(),
+                row_numbers: Arc::default(),
             }),
         })
     }
@@ -242,6 +246,7 @@ impl Store for SqliteStore {
         }
         let now = self.now_when_run(p.now);
         let recent = Arc::clone(&self.inner.claim_keys);
+        let numbers = Arc::clone(&self.inner.row_numbers);
         let claims = self
             .write(move |c| {
                 let now = now();
@@ -257,7 +262,8 @@ impl Store for SqliteStore {
                         return Ok(held);
                     }
                 }
-                let claims = claim::occurrence_claim(c, &p, now)?;
+                let mut numbers = numbers.lock().unwrap_or_else(|e| e.into_inner());
+                let claims = claim::occurrence_claim(c, &p, now, &mut numbers)?;
                 if let Some(key) = p.key.filter(|_| !claims.is_empty()) {
                     recent.insert(key.id);
                 }
@@ -339,8 +345,12 @@ impl Store for SqliteStore {
     ) -> Result<Vec<Ack>, StoreError> {
         rules::check_finish(&p)?;
         let now = self.now(p.now);
-        self.write(move |c| finish::occurrence_finish_many(c, &p, now))
-            .await
+        let numbers = Arc::clone(&self.inner.row_numbers);
+        self.write(move |c| {
+            let mut numbers = numbers.lock().unwrap_or_else(|e| e.into_inner());
+            finish::occurrence_finish_many(c, &p, now, &mut numbers)
+        })
+        .await
     }
 
     async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError> {

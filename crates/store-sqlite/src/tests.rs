@@ -255,3 +255,106 @@ fn a_pause_and_a_planning_commit_never_interleave() {
         }
     });
 }
+
+/// A report finds its rows by the numbers the writer's claims noted, and is answered exactly
+/// as by id when a number is wrong: a number that names another row (or none) does not
+/// complete that row, and the report's own row is still found by id. The fence is the same
+/// either way: a report at a stale epoch is refused. Accepted reports forget their numbers.
+#[tokio::test]
+async fn reports_find_rows_by_noted_numbers_and_by_id_when_a_number_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("n.db")).unwrap();
+    let f = fixture(&store, "t", "q").await;
+    insert(
+        &store,
+        &f,
+        (0..3).map(|i| new_occ(&f, "q", secs(i), 3)).collect(),
+    )
+    .await;
+    let claimed = store
+        .occurrence_claim(claim_params(&f, "q", "w", 3, None, None, secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let numbers = |store: &SqliteStore| store.inner.row_numbers.lock().unwrap().0.clone();
+    let noted = numbers(&store);
+    assert_eq!(noted.len(), 3, "the claim noted each row's number");
+    // The first occurrence's number made to name the second's row, the third's to name none.
+    let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
+    {
+        let mut n = store.inner.row_numbers.lock().unwrap();
+        let b_seq = n.0[&b.id.0];
+        n.0.insert(a.id.0, b_seq);
+        n.0.insert(c.id.0, i64::MAX);
+    }
+    let report = |items: Vec<FinishItem>| OccurrenceFinishMany {
+        tenant: f.tenant,
+        worker_id: "w".into(),
+        items,
+        now: Some(secs(11)),
+    };
+    let success = |c: &Claimed, epoch: i64| FinishItem {
+        lease: LeaseRef {
+            occurrence_id: c.id,
+            epoch,
+        },
+        finish: Finish::Succeeded {
+            result: Some("1".into()),
+        },
+    };
+    // A stale epoch through a right number: refused, as by id.
+    let acks = store
+        .occurrence_finish_many(report(vec![success(b, b.epoch - 1)]))
+        .await
+        .unwrap();
+    assert!(!acks[0].accepted(), "{acks:?}");
+    let acks = store
+        .occurrence_finish_many(report(vec![success(a, a.epoch), success(c, c.epoch)]))
+        .await
+        .unwrap();
+    assert!(acks.iter().all(Ack::accepted), "{acks:?}");
+    let state = |id: campanile_core::OccurrenceId| {
+        let store = store.clone();
+        async move {
+            store
+                .occurrence_get(OccurrenceGet {
+                    tenant: f.tenant,
+                    key: OccurrenceKey::Id(id),
+                    now: Some(secs(12)),
+                })
+                .await
+                .unwrap()
+                .unwrap()
+                .occurrence
+                .state
+        }
+    };
+    assert_eq!(state(a.id).await, OccurrenceState::Succeeded);
+    assert_eq!(
+        state(b.id).await,
+        OccurrenceState::Running,
+        "the row a wrong number named is untouched"
+    );
+    assert_eq!(state(c.id).await, OccurrenceState::Succeeded);
+    assert_eq!(
+        numbers(&store).keys().copied().collect::<Vec<_>>(),
+        [b.id.0],
+        "accepted reports forget their numbers"
+    );
+    let acks = store
+        .occurrence_finish_many(report(vec![success(b, b.epoch)]))
+        .await
+        .unwrap();
+    assert!(acks[0].accepted(), "{acks:?}");
+    assert!(numbers(&store).is_empty());
+}
+
+/// The numbers kept are bounded: at the cap they are forgotten, all at once.
+#[test]
+fn row_numbers_are_bounded() {
+    let mut n = finish::RowNumbers::default();
+    n.note((0..finish::RowNumbers::CAP as u128).map(|i| (uuid::Uuid::from_u128(i), i as i64)));
+    assert_eq!(n.0.len(), finish::RowNumbers::CAP);
+    n.note(std::iter::once((uuid::Uuid::from_u128(u128::MAX), 7)));
+    assert_eq!(n.0.len(), 1, "emptied at the cap, then noted");
+}
