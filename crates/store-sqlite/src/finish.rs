@@ -1,10 +1,10 @@
 //! Reports: outcomes fenced by owner, epoch and lease; cancel and redrive.
 
+use std::collections::HashMap;
+
 use campanile_core::OccurrenceState;
 use campanile_store::fence::{self, reported};
 use campanile_store::*;
-use std::collections::HashMap;
-
 use rusqlite::{CachedStatement, Connection, params};
 use uuid::Uuid;
 

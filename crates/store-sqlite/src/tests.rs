@@ -1,5 +1,6 @@
 //! The store's own tests: what the conformance suite cannot see from outside (the writer's
-//! queue, the resent-claim look-up on the writer, key bookkeeping).
+//! queue, the resent-claim look-up on the writer, key bookkeeping, the row numbers reports
+//! are found by).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
