@@ -7,11 +7,10 @@
 //! lease has expired (an index of running leases finds them: without it, a dead worker's rows
 //! would never run), oldest first, sets owner, epoch + 1 and a lease, and commits; a completion
 //! is accepted only from the owner at the current epoch inside the lease, and commits. What it
-//! leaves out is all
-//! Campanile adds: tenants, quotas, overlap policies, attempts history, payloads, the HTTP
-//! layer. On SQLite one connection does both (the file has one writer); on PostgreSQL each
-//! of `--workers` connections loops claim, complete (`FOR UPDATE SKIP LOCKED`), and the
-//! figure is the better of `--workers` and 2 connections.
+//! leaves out is all Campanile adds: tenants, quotas, overlap policies, attempts history,
+//! payloads, the HTTP layer. On SQLite one connection does both (the file has one writer);
+//! on PostgreSQL each of `--workers` connections loops claim, complete (`FOR UPDATE SKIP
+//! LOCKED`), and the figure is the better of `--workers` and 2 connections.
 //!
 //! Each step is one transaction that completes the batch held and claims the next, as a worker
 //! whose report carries its next claim does; a batch of 1 is the fsync-bound ceiling of that:

@@ -341,6 +341,15 @@ mod tests {
         AnswerMemory::new(bytes)
     }
 
+    /// Nothing of the budget is held, and no tenant's share is kept.
+    fn assert_all_given_back(m: &AnswerMemory) {
+        assert_eq!(m.held_bytes(), 0);
+        assert!(
+            m.tenants.lock().expect("tenants").is_empty(),
+            "no share kept"
+        );
+    }
+
     const A: TenantId = TenantId(1);
     const B: TenantId = TenantId(2);
     const C: TenantId = TenantId(3);
@@ -374,11 +383,7 @@ mod tests {
         // (That hold is dropped with its task.)
         assert_eq!(m.held_bytes(), 10 * UNIT + ANSWER_BYTES * BUILDING * 3);
         drop((a, b, c));
-        assert_eq!(m.held_bytes(), 0);
-        assert!(
-            m.tenants.lock().expect("tenants").is_empty(),
-            "no share kept"
-        );
+        assert_all_given_back(&m);
     }
 
     /// A tenant whose answers hold half the budget waits behind its own answers; another
@@ -436,11 +441,7 @@ mod tests {
             "A's share forgotten"
         );
         drop((b, c));
-        assert_eq!(m.held_bytes(), 0);
-        assert!(
-            m.tenants.lock().expect("tenants").is_empty(),
-            "no share kept"
-        );
+        assert_all_given_back(&m);
     }
 
     #[tokio::test]
