@@ -155,9 +155,11 @@ fn sqlite(path: &std::path::Path, n: u32, batch: u32) -> Result<f64, BenchError>
     use rusqlite::params;
     let err = |e: rusqlite::Error| BenchError::runtime(format!("ceiling (SQLite): {e}"));
     let mut c = rusqlite::Connection::open(path).map_err(err)?;
+    // The store writer's settings (its page cache is kept small for the same reason: see
+    // `WRITER_CACHE_KIB` in campanile-store-sqlite).
     c.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;
-         PRAGMA cache_size = -65536; PRAGMA mmap_size = 1073741824;",
+         PRAGMA cache_size = -8192; PRAGMA mmap_size = 1073741824;",
     )
     .map_err(err)?;
     c.execute_batch(SCHEMA).map_err(err)?;

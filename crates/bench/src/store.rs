@@ -1,7 +1,8 @@
 //! `campanile bench store`: claim + complete throughput with the fencing checks on.
 //!
 //! For each batch size: a fresh tenant gets `--occurrences` due occurrences (not timed), then
-//! `--workers` concurrent workers each loop "claim a batch, finish it as one fenced batch"
+//! `--workers` concurrent workers each claim a batch, then loop "finish the batch held as one
+//! fenced batch and claim the next in the same call" (`Store::occurrence_finish_and_claim`)
 //! until the queue is empty. The figure is occurrences claimed and completed per second, and
 //! its ratio to the raw-SQL ceiling (`bench ceiling`) measured right after it.
 
@@ -108,23 +109,21 @@ async fn measure(
         let (store, done, bar) = (store.clone(), done.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             let worker = format!("bench-{w}");
-            loop {
-                let claimed = store
-                    .occurrence_claim(OccurrenceClaim {
-                        max_bytes: None,
-                        tenant,
-                        queue: "bench".into(),
-                        worker_id: worker.clone(),
-                        max: batch,
-                        lease: Some(SignedDuration::from_secs(60)),
-                        key: None,
-                        now: None,
-                    })
-                    .await?;
-                if claimed.is_empty() {
-                    return Ok::<(), StoreError>(());
-                }
-                let items = claimed
+            let next = || OccurrenceClaim {
+                max_bytes: None,
+                tenant,
+                queue: "bench".into(),
+                worker_id: worker.clone(),
+                max: batch,
+                lease: Some(SignedDuration::from_secs(60)),
+                key: None,
+                now: None,
+            };
+            // As a worker whose report carries its next claim (as the ceiling's steps and the
+            // HTTP workers of `bench throughput` do).
+            let mut held = store.occurrence_claim(next()).await?;
+            while !held.is_empty() {
+                let items = held
                     .iter()
                     .map(|c| FinishItem {
                         lease: c.lease(),
@@ -133,18 +132,19 @@ async fn measure(
                         },
                     })
                     .collect();
-                let acks = store
-                    .occurrence_finish_many(OccurrenceFinishMany {
-                        tenant,
-                        worker_id: worker.clone(),
-                        items,
-                        now: None,
-                    })
-                    .await?;
+                let report = OccurrenceFinishMany {
+                    tenant,
+                    worker_id: worker.clone(),
+                    items,
+                    now: None,
+                };
+                let (acks, claimed) = store.occurrence_finish_and_claim(report, next()).await?;
                 let accepted = acks.iter().filter(|a| a.accepted()).count() as u64;
                 done.fetch_add(accepted, Ordering::Relaxed);
                 bar.inc(accepted);
+                held = claimed?;
             }
+            Ok::<(), StoreError>(())
         }));
     }
     for t in tasks {

@@ -22,18 +22,27 @@ pub(crate) fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
         .map_err(db_err)
 }
 
+/// The page cache of the writer (and of the checkpointer), in KiB: 2,048 pages of 4 KiB. Not
+/// more: a B-tree page split or merge files a page under a key far past the end of the file
+/// (SQLite's pending-byte page, as a swap slot), and the commit that follows walks the cache's
+/// whole hash table to drop it, a table as large as the cache has ever been. With 64 MiB that
+/// walk was 4% of the writer's samples in `bench store` and 11% of the ceiling's; the pages a
+/// cache this size misses are read through the map or from the WAL (docs/DESIGN.md, "Why is
+/// SQLite's writer cache 8 MiB?").
+pub(crate) const WRITER_CACHE_KIB: u32 = 8192;
+
 pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(db_err)?;
     stable_plans(conn)?;
-    conn.execute_batch(
+    conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA foreign_keys = OFF;
          PRAGMA temp_store = MEMORY;
-         PRAGMA cache_size = -65536;
-         PRAGMA mmap_size = 1073741824;",
-    )
+         PRAGMA cache_size = -{WRITER_CACHE_KIB};
+         PRAGMA mmap_size = 1073741824;"
+    ))
     .map_err(db_err)
 }
 
