@@ -50,22 +50,3 @@ pub(crate) fn db_err(e: rusqlite::Error) -> StoreError {
         _ => StoreError::Database(e.to_string()),
     }
 }
-
-/// Runs `f` inside a savepoint named `name` of the writer's transaction: what `f` wrote
-/// stays if it succeeds and is rolled back alone if it fails, and its result (success or
-/// error) is the answer. The outer `Err` is for a savepoint that could not be opened or ended,
-/// after which the transaction's state is unknown and the caller's job must fail whole.
-pub(crate) fn in_savepoint<T>(
-    c: &rusqlite::Connection,
-    name: &str,
-    f: impl FnOnce(&rusqlite::Connection) -> R<T>,
-) -> R<R<T>> {
-    let run = |sql: &str| c.prepare_cached(sql).and_then(|mut s| s.execute([]));
-    run(&format!("SAVEPOINT {name}")).map_err(db_err)?;
-    let out = f(c);
-    if out.is_err() {
-        run(&format!("ROLLBACK TO {name}")).map_err(db_err)?;
-    }
-    run(&format!("RELEASE {name}")).map_err(db_err)?;
-    Ok(out)
-}

@@ -356,56 +356,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    /// One job of the writer: the outcomes, then the claim inside a savepoint of its own, so
-    /// that a claim that fails is rolled back alone and the outcomes commit with the job (two
-    /// jobs would cost the writer a second turn, savepoint and hand-back per worker round). A
-    /// claim the rules refuse, or one sent again (which first looks for what its first sending
-    /// claimed, on a reader), goes the separate ways.
-    async fn occurrence_finish_and_claim(
-        &self,
-        finish: OccurrenceFinishMany,
-        claim: OccurrenceClaim,
-    ) -> Result<(Vec<Ack>, Result<Vec<Claimed>, StoreError>), StoreError> {
-        rules::check_finish(&finish)?;
-        if rules::check_claim(&claim).is_err() || claim.key.is_some_and(|k| k.resent) {
-            let acks = self.occurrence_finish_many(finish).await?;
-            return Ok((acks, self.occurrence_claim(claim).await));
-        }
-        let finish_now = self.now(finish.now);
-        let claim_now = self.now_when_run(claim.now);
-        let recent = Arc::clone(&self.inner.claim_keys);
-        let numbers = Arc::clone(&self.inner.row_numbers);
-        let (acks, claimed) = self
-            .write(move |c| {
-                let mut recent = recent.lock().unwrap_or_else(|e| e.into_inner());
-                let mut numbers = numbers.lock().unwrap_or_else(|e| e.into_inner());
-                let acks = finish::occurrence_finish_many(c, &finish, finish_now, &mut numbers)?;
-                let claimed = db::in_savepoint(c, "claim", |c| {
-                    claim::occurrence_claim(c, &claim, claim_now(), &mut numbers)
-                })?;
-                if let (Some(key), Ok(rows)) = (claim.key, &claimed)
-                    && !rows.is_empty()
-                {
-                    recent.insert(key.id);
-                }
-                Ok((acks, claimed))
-            })
-            .await?;
-        let claimed = match claimed {
-            Ok(claims) if !claims.is_empty() => {
-                // Payloads on a reader, as for a plain claim.
-                self.read(move |c| {
-                    let mut claims = claims;
-                    claim::fill_payloads(c, &mut claims)?;
-                    Ok(claims)
-                })
-                .await
-            }
-            other => other,
-        };
-        Ok((acks, claimed))
-    }
-
     async fn occurrence_cancel(&self, p: OccurrenceCancel) -> Result<Ack, StoreError> {
         let now = self.now(p.now);
         self.write(move |c| finish::occurrence_cancel(c, &p, now))
