@@ -153,8 +153,8 @@ impl SqliteStore {
         create_private(&path);
         let mut conn = Connection::open(&path).map_err(db_err)?;
         configure(&conn)?;
-        // Room for every statement the writer runs on its hot paths (claims, reports with
-        // their batched successes, planning) without evicting one another.
+        // Room for every statement the writer runs on its hot paths (a claim's and a report's
+        // alone are about 16, rusqlite's default) without evicting one another.
         conn.set_prepared_statement_cache_capacity(64);
         migrate::apply(&mut conn)?;
         let checkpoints = Connection::open(&path).map_err(db_err)?;
