@@ -7,6 +7,14 @@
 //! schedules, cost follows the work due, not the size of the table. Last, the node "comes
 //! back" from an outage after the next hour's M occurrences came due: the outage check that
 //! records them `MISSED` (it runs before a restarted node serves claims) is timed alone.
+//!
+//! After each run the raw-SQL ceiling (`bench ceiling`, batch 1000, the default 8 workers on
+//! PostgreSQL, over `--ceiling-occurrences` rows: more than a pass's 10,000, so that it runs
+//! long enough to be measured)
+//! gives `ratio_to_ceiling`: the pass's occurrences per second over the occurrences per
+//! second the ceiling claims and completes. Planning and draining have different work, so
+//! the ratio says whether planning can keep ahead of the fastest drain the database allows
+//! (above 1 it can), not how close planning is to a planning optimum.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,24 +49,47 @@ pub struct PlanArgs {
     /// Schedules per planning batch (one transaction).
     #[arg(long, default_value_t = 5_000)]
     batch: u32,
+    #[command(flatten)]
+    ceiling: crate::ceiling::CeilingFlag,
+    /// Rows the ceiling claims and completes after each run.
+    #[arg(long, default_value_t = 100_000)]
+    ceiling_occurrences: u32,
 }
+
+/// The ceiling's batch and workers beside `bench plan`.
+const CEILING_BATCH: u32 = 1_000;
+const CEILING_WORKERS: u32 = 8;
 
 pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
     if args.schedules.iter().any(|n| *n < args.due)
         || args.due == 0
         || args.shards == 0
         || args.batch == 0
+        || args.ceiling_occurrences == 0
     {
         return Err(BenchError::usage(
-            "--due must be positive and at most every --schedules value; --shards and --batch must be positive",
+            "--due must be positive and at most every --schedules value; --shards, --batch and --ceiling-occurrences must be positive",
         ));
     }
     crate::error::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
-            let (bench_db, run) =
+            let (bench_db, mut run) =
                 seed_and_pass(&args.common, n, args.due, args.shards, args.batch).await?;
             bench_db.finish().await?;
+            if !args.ceiling.no_ceiling {
+                let ceiling = crate::ceiling::rate(
+                    &args.common,
+                    args.ceiling_occurrences,
+                    CEILING_BATCH,
+                    CEILING_WORKERS,
+                )
+                .await?;
+                let rate = run["occurrences_per_sec"].as_f64().unwrap_or(0.0);
+                run["ceiling_occurrences_per_sec"] = json!(ceiling);
+                run["ceiling_batch"] = json!(CEILING_BATCH);
+                run["ratio_to_ceiling"] = json!(rate / ceiling.max(1e-9));
+            }
             runs.push(run);
         }
         println!(
@@ -66,12 +97,19 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
             args.common.backend, args.due, args.shards
         );
         println!(
-            "{:>10}  {:>10}  {:>12}  {:>12}  {:>16}  {:>10}  {:>10}",
-            "schedules", "seed s", "pass s", "next pass s", "occurrences/s", "resume s", "B/sched"
+            "{:>10}  {:>10}  {:>12}  {:>12}  {:>16}  {:>10}  {:>10}  {:>10}",
+            "schedules",
+            "seed s",
+            "pass s",
+            "next pass s",
+            "occurrences/s",
+            "resume s",
+            "B/sched",
+            "/ceiling"
         );
         for r in &runs {
             println!(
-                "{:>10}  {:>10.2}  {:>12.3}  {:>12.3}  {:>16.0}  {:>10.3}  {:>10}",
+                "{:>10}  {:>10.2}  {:>12.3}  {:>12.3}  {:>16.0}  {:>10.3}  {:>10}  {:>10}",
                 r["schedules"],
                 r["seed_seconds"].as_f64().unwrap_or(0.0),
                 r["pass_seconds"].as_f64().unwrap_or(0.0),
@@ -81,6 +119,9 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
                 r["db_bytes_per_schedule"]
                     .as_f64()
                     .map_or("-".to_string(), |b| format!("{b:.0}")),
+                r["ratio_to_ceiling"]
+                    .as_f64()
+                    .map_or("-".to_string(), |x| format!("{x:.2}")),
             );
         }
         let ratio_of = |field: &str| {
