@@ -225,28 +225,31 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         let (nb, nb_key) = crate::common::tenant_with_key(store.as_ref(), "neighbour").await?;
         let anchor = Timestamp::from_second(Timestamp::now().as_second() + 1)
             .map_err(|e| BenchError::runtime(e.to_string()))?;
-        let every = crate::common::bench_spec(
-            Timing::Every {
-                period: jiff::SignedDuration::from_secs(1),
-                anchor,
-            },
-            "nb",
-        );
-        let items = (0..10)
-            .map(|_| {
-                let id = ScheduleId(uuid::Uuid::now_v7());
-                (id, shard_of(id, shards), Some(anchor))
-            })
-            .collect();
-        store
-            .schedule_create_many(ScheduleCreateMany {
-                tenant: nb,
-                spec: every,
-                items,
-                now: None,
-            })
-            .await
-            .map_err(err)?;
+        // Ten schedules 105 ms apart: the neighbour's claims sample ten phases of the second
+        // and of its worker's 50 ms cadence (5 ms apart), not one instant ten times over (its
+        // p99 would be the worst of a few seconds' claims).
+        for i in 0..10 {
+            let at = anchor
+                .checked_add(jiff::SignedDuration::from_millis(105 * i))
+                .map_err(|e| BenchError::runtime(e.to_string()))?;
+            let every = crate::common::bench_spec(
+                Timing::Every {
+                    period: jiff::SignedDuration::from_secs(1),
+                    anchor: at,
+                },
+                "nb",
+            );
+            let id = ScheduleId(uuid::Uuid::now_v7());
+            store
+                .schedule_create_many(ScheduleCreateMany {
+                    tenant: nb,
+                    spec: every,
+                    items: vec![(id, shard_of(id, shards), Some(at))],
+                    now: None,
+                })
+                .await
+                .map_err(err)?;
+        }
         Some(nb_key)
     } else {
         None
@@ -299,7 +302,10 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         });
     }
 
-    // The neighbour's worker: claims every 50 ms, completes at once, records its lags.
+    // The neighbour's worker: claims every 50 ms (from the start of one claim to the start of
+    // the next, unless a claim and its report take longer), completes at once, records its
+    // lags. A cadence that began after each report would add the report's answer time to the
+    // claim lag of everything due meanwhile.
     let nb_samples: Samples = Arc::default();
     let nb_task = neighbour.map(|nb_key| {
         let samples = nb_samples.clone();
@@ -308,7 +314,10 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
             let Ok(client) = Client::new(&url, &nb_key) else {
                 return;
             };
+            let mut cadence = tokio::time::interval(std::time::Duration::from_millis(50));
+            cadence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                cadence.tick().await;
                 if let Ok(got) = client.claim("nb", "neighbour", 50, 60).await
                     && !got.is_empty()
                 {
@@ -329,8 +338,6 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
                         .collect();
                     let _ = client.completions("neighbour", items).await;
                 }
-
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         })
     });
