@@ -110,7 +110,7 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
         for r in &runs {
             println!(
                 "{:>10}  {:>10.2}  {:>12.3}  {:>12.3}  {:>16.0}  {:>10.3}  {:>10}  {:>10}",
-                r["schedules"],
+                r["schedules"].as_u64().unwrap_or(0),
                 r["seed_seconds"].as_f64().unwrap_or(0.0),
                 r["pass_seconds"].as_f64().unwrap_or(0.0),
                 r["next_pass_seconds"].as_f64().unwrap_or(0.0),

@@ -93,7 +93,7 @@ pub(crate) fn run(args: ScaleArgs) -> Result<(), BenchError> {
         for r in &runs {
             println!(
                 "{:>10}  {:>10}  {:>10.3}  {:>14}  {:>14}",
-                r["schedules"],
+                r["schedules"].as_u64().unwrap_or(0),
                 r["db_bytes_per_schedule"]
                     .as_f64()
                     .map_or("-".to_string(), |b| format!("{b:.0}")),
