@@ -27,6 +27,9 @@ use serde_json::json;
 use crate::common::{Backend, Common};
 use crate::error::BenchError;
 
+/// The ceiling's workers unless `--workers` says otherwise.
+pub(crate) const WORKERS: u32 = 8;
+
 /// Arguments of `campanile bench ceiling`.
 #[derive(Debug, Args)]
 pub struct CeilingArgs {
@@ -39,7 +42,7 @@ pub struct CeilingArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
     batch: Vec<u32>,
     /// Concurrent workers (PostgreSQL; SQLite has one writer).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = WORKERS)]
     workers: u32,
 }
 

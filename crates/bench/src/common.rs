@@ -240,15 +240,27 @@ pub(crate) async fn with_ceiling(
     if skip {
         return Ok(r);
     }
-    let (Some(batch), Some(n), Some(rate)) = (
-        r["batch"].as_u64(),
-        r["occurrences"].as_u64(),
-        r["occurrences_per_sec"].as_f64(),
-    ) else {
-        return Ok(r);
+    if let (Some(batch), Some(n)) = (r["batch"].as_u64(), r["occurrences"].as_u64()) {
+        add_ceiling(common, &mut r, n as u32, batch as u32, workers).await?;
+    }
+    Ok(r)
+}
+
+/// Measures the raw-SQL ceiling over `occurrences` rows at `batch` and `workers`, and adds
+/// `ceiling_occurrences_per_sec` and `ratio_to_ceiling` (of `r`'s `occurrences_per_sec`) to
+/// `r`.
+pub(crate) async fn add_ceiling(
+    common: &Common,
+    r: &mut serde_json::Value,
+    occurrences: u32,
+    batch: u32,
+    workers: u32,
+) -> Result<(), BenchError> {
+    let Some(rate) = r["occurrences_per_sec"].as_f64() else {
+        return Ok(());
     };
-    let ceiling = crate::ceiling::rate(common, n as u32, batch as u32, workers).await?;
+    let ceiling = crate::ceiling::rate(common, occurrences, batch, workers).await?;
     r["ceiling_occurrences_per_sec"] = serde_json::json!(ceiling);
     r["ratio_to_ceiling"] = serde_json::json!(rate / ceiling.max(1e-9));
-    Ok(r)
+    Ok(())
 }

@@ -8,11 +8,10 @@
 //! back" from an outage after the next hour's M occurrences came due: the outage check that
 //! records them `MISSED` (it runs before a restarted node serves claims) is timed alone.
 //!
-//! After each run the raw-SQL ceiling (`bench ceiling`, batch 1000, the default 8 workers on
+//! After each run the raw-SQL ceiling (`bench ceiling`, batch 1000, its default 8 workers on
 //! PostgreSQL, over `--ceiling-occurrences` rows: more than a pass's 10,000, so that it runs
-//! long enough to be measured)
-//! gives `ratio_to_ceiling`: the pass's occurrences per second over the occurrences per
-//! second the ceiling claims and completes. Planning and draining have different work, so
+//! long enough to be measured) gives `ratio_to_ceiling`: the pass's occurrences per second
+//! over the occurrences per second the ceiling claims and completes. Planning and draining have different work, so
 //! the ratio says whether planning can keep ahead of the fastest drain the database allows
 //! (above 1 it can), not how close planning is to a planning optimum.
 
@@ -56,9 +55,8 @@ pub struct PlanArgs {
     ceiling_occurrences: u32,
 }
 
-/// The ceiling's batch and workers beside `bench plan`.
+/// The ceiling's batch beside `bench plan`.
 const CEILING_BATCH: u32 = 1_000;
-const CEILING_WORKERS: u32 = 8;
 
 pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
     if args.schedules.iter().any(|n| *n < args.due)
@@ -78,17 +76,15 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
                 seed_and_pass(&args.common, n, args.due, args.shards, args.batch).await?;
             bench_db.finish().await?;
             if !args.ceiling.no_ceiling {
-                let ceiling = crate::ceiling::rate(
+                crate::common::add_ceiling(
                     &args.common,
+                    &mut run,
                     args.ceiling_occurrences,
                     CEILING_BATCH,
-                    CEILING_WORKERS,
+                    crate::ceiling::WORKERS,
                 )
                 .await?;
-                let rate = run["occurrences_per_sec"].as_f64().unwrap_or(0.0);
-                run["ceiling_occurrences_per_sec"] = json!(ceiling);
                 run["ceiling_batch"] = json!(CEILING_BATCH);
-                run["ratio_to_ceiling"] = json!(rate / ceiling.max(1e-9));
             }
             runs.push(run);
         }
