@@ -9,20 +9,20 @@ use uuid::Uuid;
 use crate::db::{R, pg_err, query, ts, u32_of};
 
 /// The claim of occurrences already chosen and locked by the caller's transaction (so this
-/// statement's snapshot sees them as locked). `$1` their seqs, `$2` owner, `$3` now, `$4`
+/// statement's snapshot sees them as locked). `$1` their ids, `$2` owner, `$3` now, `$4`
 /// lease length in ms (NULL: each occurrence's own), `$5` the claim's key or NULL.
-pub(crate) const CLAIM_SEQS: &str = include_str!("sql/claim_seqs.sql");
+pub(crate) const CLAIM_IDS: &str = include_str!("sql/claim_ids.sql");
 
 /// Claims these occurrences (already chosen, and locked by the caller's transaction).
-pub(crate) async fn claim_seqs<C: GenericClient>(
+pub(crate) async fn claim_ids<C: GenericClient>(
     c: &C,
-    seqs: &[i64],
+    ids: &[Uuid],
     owner: &str,
     key: Option<Uuid>,
     now: i64,
     lease: Option<i64>,
 ) -> R<Vec<Claimed>> {
-    let rows = query(c, CLAIM_SEQS, &[&seqs, &owner, &now, &lease, &key]).await?;
+    let rows = query(c, CLAIM_IDS, &[&ids, &owner, &now, &lease, &key]).await?;
     rows.iter().map(|r| claimed_row(r, now, 8)).collect()
 }
 

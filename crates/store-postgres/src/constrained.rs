@@ -5,7 +5,7 @@ use campanile_store::*;
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::claimed::claim_seqs;
+use crate::claimed::claim_ids;
 use crate::db::{R, execute, query, resolve_now};
 
 /// The schedules of a claim's overlap-constrained candidates, read without locking (`$4` how
@@ -158,6 +158,7 @@ pub(crate) async fn claim_constrained_locked<C: GenericClient>(
             cand.get(4),
             cand.get(5),
         );
+        let id: Uuid = cand.get(7);
         let decision = if state == "RUNNING" {
             fence::OverlapDecision::Claim
         } else {
@@ -185,12 +186,12 @@ pub(crate) async fn claim_constrained_locked<C: GenericClient>(
                     break;
                 }
                 out.extend(
-                    claim_seqs(tx, &[seq], &p.worker_id, p.key.map(|k| k.id), now, lease).await?,
+                    claim_ids(tx, &[id], &p.worker_id, p.key.map(|k| k.id), now, lease).await?,
                 );
             }
             fence::OverlapDecision::Wait => {}
             fence::OverlapDecision::Skip => {
-                execute(tx, "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = $2 WHERE seq = $1", &[&seq, &now]).await?;
+                execute(tx, "UPDATE occurrences SET state = 'SKIPPED_OVERLAP', finished_at = $2 WHERE id = $1", &[&id, &now]).await?;
                 skipped += 1;
             }
         }

@@ -286,11 +286,26 @@ pub(crate) fn success_acks(reqs: &[OccurrenceFinishMany], rows: &[Row]) -> R<Vec
 
 /// Attempt rows for the attempts a batch ended otherwise than in success, from the occurrence
 /// rows just written: `$1` seqs, `$2` epochs, `$3` outcomes, `$4` now, `$5`/`$6` error class
-/// and message, `$7` the seqs written.
+/// and message, `$7` the seqs written, `$8` the ids (in the order of `$1`).
 pub(crate) const RECORD_ENDED_ATTEMPTS: &str = include_str!("sql/record_ended_attempts.sql");
 
 /// The fencing columns of a batch's occurrences (`$2`) and whether each is asked to cancel, locked in seq order.
 pub(crate) const FINISH_LOCK_ITEMS: &str = include_str!("sql/finish_lock_items.sql");
+
+/// The accepted items of [`occurrence_finish_many`], written if the fence still holds: `$1`
+/// seqs, `$2` epochs, `$3` states, `$4` results, `$5` availabilities, `$6` finish instants,
+/// `$7`/`$8` error class and message, `$9` the worker, `$10` now, `$11` the ids (in the order
+/// of `$1`). Returns the seqs written.
+pub(crate) const FINISH_WRITE: &str = "UPDATE occurrences o
+    SET state = u.state, result = COALESCE(u.result, o.result), available_at = u.available_at,
+        finished_at = u.finished_at, last_error_class = COALESCE(u.class, o.last_error_class),
+        last_error = COALESCE(u.message, o.last_error), ran_until = $10
+   FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[],
+               $8::text[], $11::uuid[])
+        AS u(seq, epoch, state, result, available_at, finished_at, class, message, id)
+  WHERE o.id = u.id AND o.seq = u.seq AND o.state = 'RUNNING' AND o.owner = $9 AND o.epoch = u.epoch
+    AND o.lease_until > $10
+ RETURNING o.seq";
 
 /// A batch with failures, or naming an occurrence twice, item by item in one transaction
 /// (batches of successes go through [`SuccessBatch`]).
@@ -333,6 +348,10 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
     }
     if !plans.is_empty() {
         let seqs: Vec<i64> = plans.iter().map(|(_, s, _)| *s).collect();
+        let ids: Vec<Uuid> = plans
+            .iter()
+            .map(|(i, _, _)| p.items[*i].lease.occurrence_id.0)
+            .collect();
         let epochs: Vec<i64> = plans
             .iter()
             .map(|(i, _, _)| p.items[*i].lease.epoch)
@@ -352,16 +371,20 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
         let outcomes: Vec<&str> = plans.iter().map(|(_, _, pl)| pl.outcome.as_str()).collect();
         let written = query(
             &tx,
-            "UPDATE occurrences o
-                SET state = u.state, result = COALESCE(u.result, o.result), available_at = u.available_at,
-                    finished_at = u.finished_at, last_error_class = COALESCE(u.class, o.last_error_class),
-                    last_error = COALESCE(u.message, o.last_error), ran_until = $10
-               FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], $8::text[])
-                    AS u(seq, epoch, state, result, available_at, finished_at, class, message)
-              WHERE o.seq = u.seq AND o.state = 'RUNNING' AND o.owner = $9 AND o.epoch = u.epoch
-                AND o.lease_until > $10
-             RETURNING o.seq",
-            &[&seqs, &epochs, &states, &results, &avail, &finished, &classes, &messages, &p.worker_id, &now],
+            FINISH_WRITE,
+            &[
+                &seqs,
+                &epochs,
+                &states,
+                &results,
+                &avail,
+                &finished,
+                &classes,
+                &messages,
+                &p.worker_id,
+                &now,
+                &ids,
+            ],
         )
         .await?;
         let written: std::collections::HashSet<i64> = written.iter().map(|r| r.get(0)).collect();
@@ -378,6 +401,7 @@ pub(crate) async fn occurrence_finish_many(c: &mut Client, p: OccurrenceFinishMa
                 &classes,
                 &messages,
                 &written.iter().copied().collect::<Vec<i64>>(),
+                &ids,
             ],
         )
         .await?;
@@ -424,14 +448,14 @@ pub(crate) async fn occurrence_cancel(c: &mut Client, p: OccurrenceCancel) -> R<
     let Some(row) = rows.first() else {
         return Ok(refused(id, Conflict::NotFound));
     };
-    let (seq, _, view) = fence_view(row)?;
+    let (_, _, view) = fence_view(row)?;
     let (n, state) = match view.state {
         OccurrenceState::Ready | OccurrenceState::RetryWait => (
-            execute(&tx, "UPDATE occurrences SET state = 'CANCELED', finished_at = $2 WHERE seq = $1 AND state IN ('READY', 'RETRY_WAIT')", &[&seq, &now]).await?,
+            execute(&tx, "UPDATE occurrences SET state = 'CANCELED', finished_at = $2 WHERE id = $1 AND state IN ('READY', 'RETRY_WAIT')", &[&id.0, &now]).await?,
             OccurrenceState::Canceled,
         ),
         OccurrenceState::Running => (
-            execute(&tx, "UPDATE occurrences SET cancel_requested = true WHERE seq = $1 AND state = 'RUNNING'", &[&seq]).await?,
+            execute(&tx, "UPDATE occurrences SET cancel_requested = true WHERE id = $1 AND state = 'RUNNING'", &[&id.0]).await?,
             OccurrenceState::Running,
         ),
         s => return Ok(refused(id, Conflict::WrongState { state: reported(s, view.available_at, now) })),

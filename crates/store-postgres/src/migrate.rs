@@ -118,6 +118,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "occurrences_by_day",
         include_str!("../migrations/0023_occurrences_by_day.sql"),
     ),
+    (
+        24,
+        "occurrences_without_seq_index",
+        include_str!("../migrations/0024_occurrences_without_seq_index.sql"),
+    ),
 ];
 
 /// The repairs of migration 18, in order: `(what one repaired row is, statement)`. `$1` is the

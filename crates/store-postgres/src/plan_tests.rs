@@ -141,3 +141,117 @@ async fn per_partition(c: &tokio_postgres::Client, index: &str) -> Vec<String> {
     .map(|r| r.get(0))
     .collect()
 }
+
+/// Every statement that writes occurrences it has already chosen finds each by its id, the
+/// partitioned table's unique key (there is no index on `seq` alone): with sequential scans,
+/// bitmaps, materialized inner sides and hash and merge joins made prohibitively expensive,
+/// every read of the partition that holds rows is an index scan with an index condition. A
+/// lookup by `seq` alone would be a sequential scan, or an index read whole, of every
+/// partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chosen_occurrences_are_found_by_id() {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL plan test)");
+        return;
+    };
+    let schema = format!("t_{}", Uuid::now_v7().simple());
+    let store = crate::PgStore::connect_with(
+        &url,
+        crate::PgOptions {
+            schema: Some(schema),
+            pool_size: 1,
+        },
+    )
+    .await
+    .expect("connect");
+    let _drop = store.drop_schema_on_drop();
+    let c = store.client().await.expect("client");
+    // Statistics of a table in use (on empty tables the planner reads a whole partial index
+    // as the cheapest way to find anything): today's partition holds 20,000 occurrences of 100
+    // schedules, half pending, half running.
+    c.batch_execute(
+        "INSERT INTO occurrences (id, tenant_id, schedule_id, version, scheduled_for,
+                                  available_at, queue, priority, state, max_attempts,
+                                  backoff_initial_ms, backoff_max_ms, created_at, owner, epoch,
+                                  lease_until)
+         SELECT (lpad(to_hex(t), 12, '0') || lpad(to_hex(i), 20, '0'))::uuid, 1,
+                ('00000000-0000-0000-0000-' || lpad(to_hex(i % 100), 12, '0'))::uuid, 1, t, t,
+                'q', 0, CASE WHEN i % 2 = 0 THEN 'READY' ELSE 'RUNNING' END, 3, 1000, 60000, t,
+                'w', 1, t + 60000
+           FROM generate_series(1, 20000) i,
+                LATERAL (SELECT (extract(epoch FROM now()) * 1000)::int8 + i AS t) x;
+         ANALYZE occurrences;",
+    )
+    .await
+    .expect("rows");
+    c.batch_execute(
+        "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off;
+         SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_material = off;
+         SET enable_bitmapscan = off;",
+    )
+    .await
+    .expect("settings");
+    // The partition that holds the rows (an empty one may be read whole: it costs nothing).
+    let today: String = c
+        .query_one(
+            "SELECT c.relname::text FROM occurrences o JOIN pg_class c ON c.oid = o.tableoid LIMIT 1",
+            &[],
+        )
+        .await
+        .expect("partition")
+        .get(0);
+    let ids = "ARRAY[gen_random_uuid()]";
+    for (name, sql, args) in [
+        (
+            "claim_ids",
+            crate::claimed::CLAIM_IDS,
+            format!("({ids}, 'w', 0, NULL, NULL)"),
+        ),
+        ("lease_sweep", crate::lease::LEASE_SWEEP, "(0, 10)".into()),
+        (
+            "record_ended",
+            crate::finish::RECORD_ENDED_ATTEMPTS,
+            format!(
+                "(ARRAY[1]::int8[], ARRAY[1]::int8[], ARRAY['failed'], 0, ARRAY[NULL]::text[], \
+                 ARRAY[NULL]::text[], ARRAY[1]::int8[], {ids})"
+            ),
+        ),
+        (
+            "finish_write",
+            crate::finish::FINISH_WRITE,
+            format!(
+                "(ARRAY[1]::int8[], ARRAY[1]::int8[], ARRAY['FAILED'], ARRAY[NULL]::text[], \
+                 ARRAY[0]::int8[], ARRAY[0]::int8[], ARRAY[NULL]::text[], ARRAY[NULL]::text[], \
+                 'w', 0, {ids})"
+            ),
+        ),
+        (
+            "retire_pending",
+            crate::schedule::RETIRE_PENDING,
+            "(gen_random_uuid(), 2, 0)".into(),
+        ),
+        (
+            "retire_running",
+            crate::schedule::RETIRE_RUNNING,
+            "(gen_random_uuid(), 2)".into(),
+        ),
+    ] {
+        let plan = generic_plan(&c, name, sql, &args).await;
+        let lines: Vec<&str> = plan.lines().collect();
+        let mut scans = 0;
+        for (i, line) in lines.iter().enumerate() {
+            if !(line.contains("Scan") && line.contains(&format!(" on {today} "))) {
+                continue;
+            }
+            scans += 1;
+            assert!(!line.contains("Seq Scan"), "{name}:\n{plan}");
+            // The scan's own details, up to the next plan node.
+            let cond = lines[i + 1..]
+                .iter()
+                .take_while(|l| !l.contains("->"))
+                .any(|l| l.contains("Index Cond:") || l.contains("Recheck Cond:"));
+            assert!(cond, "{name}, a partition read whole:\n{plan}");
+        }
+        assert!(scans > 0, "{name} reads no occurrence partition:\n{plan}");
+    }
+}

@@ -4,7 +4,7 @@ use campanile_store::fence::{self};
 use campanile_store::*;
 use deadpool_postgres::{Client, GenericClient};
 
-use crate::claimed::claim_seqs;
+use crate::claimed::claim_ids;
 use crate::db::{R, dur_ms, execute, pg_err, query, resolve_now};
 use crate::fenced::fence_view;
 
@@ -25,10 +25,10 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
     let due = query(&tx, RELAY_DUE, &[&now, &scan, &fixed]).await?;
     let (mut settle_seqs, mut settle_states) = (Vec::new(), Vec::new());
     let (mut later_seqs, mut later_ats) = (Vec::new(), Vec::new());
-    let (mut pick_oseqs, mut pick_seqs) = (Vec::new(), Vec::new());
+    let (mut pick_oseqs, mut pick_ids) = (Vec::new(), Vec::new());
     let mut routes = RelayRoutes::new();
     for r in &due {
-        let (seq, id, view) = fence_view(r)?;
+        let (_, id, view) = fence_view(r)?;
         let oseq: i64 = r.get(11);
         match fence::relay_step(&view, now) {
             fence::RelayStep::Settle(state) => {
@@ -39,9 +39,9 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
                 later_seqs.push(oseq);
                 later_ats.push(at);
             }
-            fence::RelayStep::Claim if pick_seqs.len() < p.max as usize => {
+            fence::RelayStep::Claim if pick_ids.len() < p.max as usize => {
                 pick_oseqs.push(oseq);
-                pick_seqs.push(seq);
+                pick_ids.push(id);
                 routes.insert(id, (TenantId(r.get(12)), r.get(13)));
             }
             fence::RelayStep::Claim => {}
@@ -66,7 +66,7 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
         )
         .await?;
     }
-    let rows = if pick_seqs.is_empty() {
+    let rows = if pick_ids.is_empty() {
         Vec::new()
     } else {
         execute(
@@ -75,13 +75,13 @@ pub(crate) async fn relay_claim(c: &mut Client, p: RelayClaim) -> R<Vec<Relayed>
             &[&pick_oseqs],
         )
         .await?;
-        claim_seqs(&tx, &pick_seqs, &p.node, None, now, Some(dur_ms(p.lease))).await?
+        claim_ids(&tx, &pick_ids, &p.node, None, now, Some(dur_ms(p.lease))).await?
     };
-    if rows.len() != pick_seqs.len() {
+    if rows.len() != pick_ids.len() {
         return Err(StoreError::Database(format!(
             "relay claimed {} of {} locked occurrences",
             rows.len(),
-            pick_seqs.len()
+            pick_ids.len()
         )));
     }
     let out = Relayed::pair(rows, routes)?;

@@ -69,6 +69,25 @@ pub(crate) async fn schedule_list(c: &Client, p: ScheduleList) -> R<Vec<Schedule
     Ok(out)
 }
 
+/// The pending occurrences of schedule `$1`'s versions before `$2`, canceled at `$3`: how many,
+/// and the earliest planned instant among them.
+pub(crate) const RETIRE_PENDING: &str = "WITH pick AS (
+       SELECT seq, id FROM occurrences
+        WHERE schedule_id = $1 AND version < $2 AND state IN ('READY', 'RETRY_WAIT')
+        ORDER BY seq FOR UPDATE),
+   gone AS (
+       UPDATE occurrences o SET state = 'CANCELED', finished_at = $3
+         FROM pick WHERE o.id = pick.id AND o.seq = pick.seq AND o.state IN ('READY', 'RETRY_WAIT')
+       RETURNING o.scheduled_for)
+   SELECT count(*), min(scheduled_for) FROM gone";
+
+/// The running occurrences of schedule `$1`'s versions before `$2`, flagged for cancellation.
+pub(crate) const RETIRE_RUNNING: &str = "WITH pick AS (
+       SELECT seq, id FROM occurrences WHERE schedule_id = $1 AND version < $2 AND state = 'RUNNING'
+        ORDER BY seq FOR UPDATE)
+   UPDATE occurrences o SET cancel_requested = true
+     FROM pick WHERE o.id = pick.id AND o.seq = pick.seq AND o.state = 'RUNNING'";
+
 pub(crate) type Retired = (u64, Option<i64>, Vec<(OccurrenceId, OccurrenceState)>);
 
 /// Retires what the replaced versions left: their unclaimed occurrences become `CANCELED`,
@@ -83,32 +102,10 @@ pub(crate) async fn retire_old_versions<C: GenericClient>(
     now: i64,
 ) -> R<Retired> {
     let v = i32_of(version);
-    let rows = query(
-        c,
-        "WITH pick AS (
-             SELECT seq FROM occurrences
-              WHERE schedule_id = $1 AND version < $2 AND state IN ('READY', 'RETRY_WAIT')
-              ORDER BY seq FOR UPDATE),
-         gone AS (
-             UPDATE occurrences o SET state = 'CANCELED', finished_at = $3
-               FROM pick WHERE o.seq = pick.seq AND o.state IN ('READY', 'RETRY_WAIT')
-             RETURNING o.scheduled_for)
-         SELECT count(*), min(scheduled_for) FROM gone",
-        &[&id.0, &v, &now],
-    )
-    .await?;
+    let rows = query(c, RETIRE_PENDING, &[&id.0, &v, &now]).await?;
     let (canceled, earliest): (i64, Option<i64>) =
         rows.first().map_or((0, None), |r| (r.get(0), r.get(1)));
-    execute(
-        c,
-        "WITH pick AS (
-             SELECT seq FROM occurrences WHERE schedule_id = $1 AND version < $2 AND state = 'RUNNING'
-              ORDER BY seq FOR UPDATE)
-         UPDATE occurrences o SET cancel_requested = true
-           FROM pick WHERE o.seq = pick.seq AND o.state = 'RUNNING'",
-        &[&id.0, &v],
-    )
-    .await?;
+    execute(c, RETIRE_RUNNING, &[&id.0, &v]).await?;
     let in_flight = query(
         c,
         "SELECT id, state, available_at FROM occurrences

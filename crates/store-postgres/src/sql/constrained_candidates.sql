@@ -1,10 +1,11 @@
 -- name: CONSTRAINED_CANDIDATES
 -- The candidates themselves, locked, of the schedules locked (`$6`), with their payloads'
--- sizes in bytes.
+-- sizes in bytes, and their ids.
 SELECT seq, schedule_id, overlap, state, available_at, priority,
       COALESCE(octet_length(payload),
                (SELECT octet_length(v.payload) FROM schedule_versions v
-                 WHERE v.schedule_id = occurrences.schedule_id AND v.version = occurrences.version))
+                 WHERE v.schedule_id = occurrences.schedule_id AND v.version = occurrences.version)),
+      id
  FROM occurrences
 WHERE tenant_id = $1 AND queue = $2 AND overlap <> 0
   AND ((state IN ('READY', 'RETRY_WAIT') AND available_at <= $3)

@@ -3,7 +3,7 @@
 -- requested while they ran, else back to `READY` with attempts left, else `DEAD`; each lost
 -- attempt recorded. Answers how many of each (requeued, dead, canceled).
 WITH exp AS (
-       SELECT seq, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead,
+       SELECT seq, id, epoch, owner, claimed_at, lease_until, attempts >= max_attempts AS dead,
               cancel_requested AS canceled FROM occurrences
         WHERE state = 'RUNNING' AND lease_until <= $1
         ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED),
@@ -14,7 +14,7 @@ WITH exp AS (
               available_at = CASE WHEN exp.canceled OR exp.dead THEN o.available_at
                                   ELSE GREATEST(o.available_at, exp.lease_until) END,
               last_error = 'lease expired', ran_until = exp.lease_until
-         FROM exp WHERE o.seq = exp.seq
+         FROM exp WHERE o.id = exp.id AND o.seq = exp.seq
        RETURNING exp.dead, exp.canceled),
    att AS (
        INSERT INTO attempts (occurrence_seq, epoch, owner, started_at, lease_until, finished_at, outcome)
