@@ -149,6 +149,15 @@ pub(crate) fn run(args: PeakArgs) -> Result<(), BenchError> {
 
 async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
     let err = |e: StoreError| BenchError::runtime(format!("store error: {e}"));
+    // The ceiling before the peak (and again after it), at the same count, batch and workers.
+    let ceiling_before = crate::common::ceiling_before(
+        &args.common,
+        args.ceiling.no_ceiling,
+        args.schedules,
+        args.batch,
+        args.workers,
+    )
+    .await?;
     let bench_db = args.common.open("peak.db").await?;
     let store = bench_db.store.clone();
     let (tenant, key) = crate::common::tenant_with_key(store.as_ref(), "peak").await?;
@@ -481,12 +490,16 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         planned.map(|p| ((p.as_millisecond() - due.as_millisecond()).max(0)) as f64 / 1000.0);
     let drain = (drained_at.as_millisecond() - due.as_millisecond()) as f64 / 1000.0;
     let rate = lags.len() as f64 / drain.max(1e-9);
-    // The ceiling after the peak, at the same count, batch and workers.
-    let ceiling = if args.ceiling.no_ceiling {
-        None
-    } else {
-        Some(crate::ceiling::rate(&args.common, args.schedules, args.batch, args.workers).await?)
+    // The ceiling after the peak: the ratio is to the mean of the two.
+    let ceiling_after = match ceiling_before {
+        None => None,
+        Some(_) => Some(
+            crate::ceiling::rate(&args.common, args.schedules, args.batch, args.workers).await?,
+        ),
     };
+    let ceiling = ceiling_before
+        .zip(ceiling_after)
+        .map(|(b, a)| (b + a) / 2.0);
     // `bench throughput` after the peak, at the same count, batch and workers: what the
     // drain is judged against.
     let throughput = if args.no_throughput {
@@ -508,6 +521,8 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         "throughput_occurrences_per_sec": throughput,
         "ratio_to_throughput": throughput.map(|t| rate / t.max(1e-9)),
         "ceiling_occurrences_per_sec": ceiling,
+        "ceiling_before_occurrences_per_sec": ceiling_before,
+        "ceiling_after_occurrences_per_sec": ceiling_after,
         "ratio_to_ceiling": ceiling.map(|c| rate / c.max(1e-9)),
         "bench": "peak",
         "backend": args.common.backend,

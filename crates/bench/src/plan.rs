@@ -8,10 +8,10 @@
 //! back" from an outage after the next hour's M occurrences came due: the outage check that
 //! records them `MISSED` (it runs before a restarted node serves claims) is timed alone.
 //!
-//! After each run the raw-SQL ceiling (`bench ceiling`, batch 1000, its default 8 workers on
-//! PostgreSQL, over `--ceiling-occurrences` rows: more than a pass's 10,000, so that it runs
-//! long enough to be measured) gives `ratio_to_ceiling`: the pass's occurrences per second
-//! over the occurrences per second the ceiling claims and completes. Planning and draining have different work, so
+//! Before and after each run the raw-SQL ceiling (`bench ceiling`, batch 1000, its default 8
+//! workers on PostgreSQL, over `--ceiling-occurrences` rows: more than a pass's 10,000, so that
+//! it runs long enough to be measured) gives `ratio_to_ceiling`: the pass's occurrences per
+//! second over the mean of the two ceilings' occurrences per second claimed and completed. Planning and draining have different work, so
 //! the ratio says whether planning can keep ahead of the fastest drain the database allows
 //! (above 1 it can), not how close planning is to a planning optimum.
 
@@ -50,7 +50,7 @@ pub struct PlanArgs {
     batch: u32,
     #[command(flatten)]
     ceiling: crate::ceiling::CeilingFlag,
-    /// Rows the ceiling claims and completes after each run.
+    /// Rows the ceiling claims and completes before and after each run.
     #[arg(long, default_value_t = 100_000)]
     ceiling_occurrences: u32,
 }
@@ -72,16 +72,25 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
     crate::error::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
+            let before = crate::common::ceiling_before(
+                &args.common,
+                args.ceiling.no_ceiling,
+                args.ceiling_occurrences,
+                CEILING_BATCH,
+                crate::ceiling::WORKERS,
+            )
+            .await?;
             let (bench_db, mut run) =
                 seed_and_pass(&args.common, n, args.due, args.shards, args.batch).await?;
             bench_db.finish().await?;
-            if !args.ceiling.no_ceiling {
+            if before.is_some() {
                 crate::common::add_ceiling(
                     &args.common,
                     &mut run,
                     args.ceiling_occurrences,
                     CEILING_BATCH,
                     crate::ceiling::WORKERS,
+                    before,
                 )
                 .await?;
                 run["ceiling_batch"] = json!(CEILING_BATCH);

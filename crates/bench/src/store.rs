@@ -51,11 +51,18 @@ async fn run_async(args: StoreArgs) -> Result<(), BenchError> {
     let store = bench_db.store.clone();
     let mut results = Vec::new();
     for (i, &batch) in args.batch.iter().enumerate() {
+        // The ceiling right before and right after each batch size, on the same backend and
+        // machine.
+        let before = crate::common::ceiling_before(
+            &args.common,
+            args.ceiling.no_ceiling,
+            args.occurrences,
+            batch,
+            args.workers,
+        )
+        .await?;
         let rate = measure(&store, i, batch, &args).await?;
-        // The ceiling right after each batch size, on the same backend and machine.
-        let rate =
-            crate::common::with_ceiling(&args.common, args.ceiling.no_ceiling, args.workers, rate)
-                .await?;
+        let rate = crate::common::with_ceiling(&args.common, before, args.workers, rate).await?;
         results.push(rate);
     }
     bench_db.finish().await?;

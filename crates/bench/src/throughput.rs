@@ -59,6 +59,16 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
 
     let mut results = Vec::new();
     for (round, &batch) in args.batch.iter().enumerate() {
+        // The ceiling right before and right after each batch size, on the same backend and
+        // machine.
+        let before = crate::common::ceiling_before(
+            &args.common,
+            args.ceiling.no_ceiling,
+            args.occurrences,
+            batch,
+            args.workers,
+        )
+        .await?;
         let r = drain(
             &store,
             &url,
@@ -69,11 +79,7 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
             args.separate_claims,
         )
         .await?;
-        // The ceiling right after each batch size, on the same backend and machine.
-        results.push(
-            crate::common::with_ceiling(&args.common, args.ceiling.no_ceiling, args.workers, r)
-                .await?,
-        );
+        results.push(crate::common::with_ceiling(&args.common, before, args.workers, r).await?);
     }
     server.abort();
     bench_db.finish().await?;
