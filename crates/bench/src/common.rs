@@ -230,7 +230,7 @@ pub(crate) fn print_rates(results: &[serde_json::Value]) {
 }
 
 /// The raw-SQL ceiling measured before a measurement (`None` when `skip`): with the one
-/// [`add_ceiling`] measures after it, it brackets the measurement, so that the machine's
+/// [`ceiling_after`] measures after it, it brackets the measurement, so that the machine's
 /// speed drifting during the run moves the ratio less than one ceiling on either side would.
 pub(crate) async fn ceiling_before(
     common: &Common,
@@ -247,47 +247,60 @@ pub(crate) async fn ceiling_before(
     ))
 }
 
-/// Measures the raw-SQL ceiling right after a measurement `r` (same occurrences, batch and
-/// workers) and adds the ceiling and `ratio_to_ceiling` to it (see [`add_ceiling`]);
-/// nothing when `before` is `None` (the ceiling skipped).
-pub(crate) async fn with_ceiling(
+/// The ceiling measured after a measurement, when one was measured `before` it (same
+/// occurrences, batch and workers).
+pub(crate) async fn ceiling_after(
     common: &Common,
     before: Option<f64>,
-    workers: u32,
-    mut r: serde_json::Value,
-) -> Result<serde_json::Value, BenchError> {
-    if before.is_none() {
-        return Ok(r);
-    }
-    if let (Some(batch), Some(n)) = (r["batch"].as_u64(), r["occurrences"].as_u64()) {
-        add_ceiling(common, &mut r, n as u32, batch as u32, workers, before).await?;
-    }
-    Ok(r)
-}
-
-/// Measures the raw-SQL ceiling over `occurrences` rows at `batch` and `workers` after a
-/// measurement `r`, and adds to `r` `ceiling_occurrences_per_sec` — the mean of the ceilings
-/// measured before (`before`, when there is one) and after it, each also reported as
-/// `ceiling_before_occurrences_per_sec` and `ceiling_after_occurrences_per_sec` — and
-/// `ratio_to_ceiling` (`r`'s `occurrences_per_sec` over that mean).
-pub(crate) async fn add_ceiling(
-    common: &Common,
-    r: &mut serde_json::Value,
     occurrences: u32,
     batch: u32,
     workers: u32,
-    before: Option<f64>,
-) -> Result<(), BenchError> {
-    let Some(rate) = r["occurrences_per_sec"].as_f64() else {
-        return Ok(());
+) -> Result<Option<Ceiling>, BenchError> {
+    let Some(before) = before else {
+        return Ok(None);
     };
     let after = crate::ceiling::rate(common, occurrences, batch, workers).await?;
-    let ceiling = before.map_or(after, |b| (b + after) / 2.0);
-    if let Some(b) = before {
-        r["ceiling_before_occurrences_per_sec"] = serde_json::json!(b);
-        r["ceiling_after_occurrences_per_sec"] = serde_json::json!(after);
+    Ok(Some(Ceiling { before, after }))
+}
+
+/// The ceilings measured before and after a measurement, in occurrences per second.
+pub(crate) struct Ceiling {
+    before: f64,
+    after: f64,
+}
+
+impl Ceiling {
+    /// Adds to the measurement `r` `ceiling_occurrences_per_sec`, the mean of the two
+    /// ceilings (each also reported, as `ceiling_before_occurrences_per_sec` and
+    /// `ceiling_after_occurrences_per_sec`), and `ratio_to_ceiling`, `r`'s
+    /// `occurrences_per_sec` over that mean.
+    pub(crate) fn record(&self, r: &mut serde_json::Value) {
+        let Some(rate) = r["occurrences_per_sec"].as_f64() else {
+            return;
+        };
+        let mean = (self.before + self.after) / 2.0;
+        r["ceiling_before_occurrences_per_sec"] = serde_json::json!(self.before);
+        r["ceiling_after_occurrences_per_sec"] = serde_json::json!(self.after);
+        r["ceiling_occurrences_per_sec"] = serde_json::json!(mean);
+        r["ratio_to_ceiling"] = serde_json::json!(rate / mean.max(1e-9));
     }
-    r["ceiling_occurrences_per_sec"] = serde_json::json!(ceiling);
-    r["ratio_to_ceiling"] = serde_json::json!(rate / ceiling.max(1e-9));
-    Ok(())
+}
+
+/// Runs `measure` between the ceiling measured right before it and right after it (over
+/// `occurrences` rows at `batch` and `workers`; neither when `skip`), and records them in its
+/// result ([`Ceiling::record`]).
+pub(crate) async fn bracketed(
+    common: &Common,
+    skip: bool,
+    occurrences: u32,
+    batch: u32,
+    workers: u32,
+    measure: impl std::future::Future<Output = Result<serde_json::Value, BenchError>>,
+) -> Result<serde_json::Value, BenchError> {
+    let before = ceiling_before(common, skip, occurrences, batch, workers).await?;
+    let mut r = measure.await?;
+    if let Some(ceiling) = ceiling_after(common, before, occurrences, batch, workers).await? {
+        ceiling.record(&mut r);
+    }
+    Ok(r)
 }

@@ -491,15 +491,14 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
     let drain = (drained_at.as_millisecond() - due.as_millisecond()) as f64 / 1000.0;
     let rate = lags.len() as f64 / drain.max(1e-9);
     // The ceiling after the peak: the ratio is to the mean of the two.
-    let ceiling_after = match ceiling_before {
-        None => None,
-        Some(_) => Some(
-            crate::ceiling::rate(&args.common, args.schedules, args.batch, args.workers).await?,
-        ),
-    };
-    let ceiling = ceiling_before
-        .zip(ceiling_after)
-        .map(|(b, a)| (b + a) / 2.0);
+    let ceiling = crate::common::ceiling_after(
+        &args.common,
+        ceiling_before,
+        args.schedules,
+        args.batch,
+        args.workers,
+    )
+    .await?;
     // `bench throughput` after the peak, at the same count, batch and workers: what the
     // drain is judged against.
     let throughput = if args.no_throughput {
@@ -516,14 +515,10 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
             .await?,
         )
     };
-    let out = json!({
+    let mut out = json!({
         "neighbour": nb,
         "throughput_occurrences_per_sec": throughput,
         "ratio_to_throughput": throughput.map(|t| rate / t.max(1e-9)),
-        "ceiling_occurrences_per_sec": ceiling,
-        "ceiling_before_occurrences_per_sec": ceiling_before,
-        "ceiling_after_occurrences_per_sec": ceiling_after,
-        "ratio_to_ceiling": ceiling.map(|c| rate / c.max(1e-9)),
         "bench": "peak",
         "backend": args.common.backend,
         "schedules": args.schedules,
@@ -540,6 +535,9 @@ async fn run_async(args: PeakArgs) -> Result<(), BenchError> {
         "occurrences_per_sec": rate,
         "claimed": lags.len(),
     });
+    if let Some(ceiling) = ceiling {
+        ceiling.record(&mut out);
+    }
     println!(
         "campanile bench peak — {:?}, {} schedules due at {due}, {} workers, batch {}",
         args.common.backend, args.schedules, args.workers, args.batch

@@ -72,27 +72,21 @@ pub(crate) fn run(args: PlanArgs) -> Result<(), BenchError> {
     crate::error::block_on(async {
         let mut runs = Vec::new();
         for &n in &args.schedules {
-            let before = crate::common::ceiling_before(
+            let mut run = crate::common::bracketed(
                 &args.common,
                 args.ceiling.no_ceiling,
                 args.ceiling_occurrences,
                 CEILING_BATCH,
                 crate::ceiling::WORKERS,
+                async {
+                    let (bench_db, run) =
+                        seed_and_pass(&args.common, n, args.due, args.shards, args.batch).await?;
+                    bench_db.finish().await?;
+                    Ok(run)
+                },
             )
             .await?;
-            let (bench_db, mut run) =
-                seed_and_pass(&args.common, n, args.due, args.shards, args.batch).await?;
-            bench_db.finish().await?;
-            if before.is_some() {
-                crate::common::add_ceiling(
-                    &args.common,
-                    &mut run,
-                    args.ceiling_occurrences,
-                    CEILING_BATCH,
-                    crate::ceiling::WORKERS,
-                    before,
-                )
-                .await?;
+            if !args.ceiling.no_ceiling {
                 run["ceiling_batch"] = json!(CEILING_BATCH);
             }
             runs.push(run);

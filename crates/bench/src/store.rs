@@ -53,16 +53,15 @@ async fn run_async(args: StoreArgs) -> Result<(), BenchError> {
     for (i, &batch) in args.batch.iter().enumerate() {
         // The ceiling right before and right after each batch size, on the same backend and
         // machine.
-        let before = crate::common::ceiling_before(
+        let rate = crate::common::bracketed(
             &args.common,
             args.ceiling.no_ceiling,
             args.occurrences,
             batch,
             args.workers,
+            measure(&store, i, batch, &args),
         )
         .await?;
-        let rate = measure(&store, i, batch, &args).await?;
-        let rate = crate::common::with_ceiling(&args.common, before, args.workers, rate).await?;
         results.push(rate);
     }
     bench_db.finish().await?;

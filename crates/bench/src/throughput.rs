@@ -61,25 +61,24 @@ async fn run_async(args: ThroughputArgs) -> Result<(), BenchError> {
     for (round, &batch) in args.batch.iter().enumerate() {
         // The ceiling right before and right after each batch size, on the same backend and
         // machine.
-        let before = crate::common::ceiling_before(
+        let r = crate::common::bracketed(
             &args.common,
             args.ceiling.no_ceiling,
             args.occurrences,
             batch,
             args.workers,
+            drain(
+                &store,
+                &url,
+                round,
+                args.occurrences,
+                batch,
+                args.workers,
+                args.separate_claims,
+            ),
         )
         .await?;
-        let r = drain(
-            &store,
-            &url,
-            round,
-            args.occurrences,
-            batch,
-            args.workers,
-            args.separate_claims,
-        )
-        .await?;
-        results.push(crate::common::with_ceiling(&args.common, before, args.workers, r).await?);
+        results.push(r);
     }
     server.abort();
     bench_db.finish().await?;

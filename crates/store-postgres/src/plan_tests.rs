@@ -7,6 +7,27 @@ use crate::claim::FAST_CLAIM;
 use crate::constrained::{CONSTRAINED_CANDIDATES, CONSTRAINED_SCHEDULES, OVERLAP_STATE};
 use crate::relay::RELAY_DUE;
 
+/// A store on a schema of its own at `CAMPANILE_TEST_PG_URL`, with one connection (`None`,
+/// and a notice printed, when the variable is not set).
+async fn plan_store() -> Option<crate::PgStore> {
+    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
+        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL plan test)");
+        return None;
+    };
+    let schema = format!("t_{}", Uuid::now_v7().simple());
+    Some(
+        crate::PgStore::connect_with(
+            &url,
+            crate::PgOptions {
+                schema: Some(schema),
+                pool_size: 1,
+            },
+        )
+        .await
+        .expect("connect"),
+    )
+}
+
 /// The plan PostgreSQL uses for `sql` as a prepared statement (generic plans forced by the
 /// caller), executed with `args`.
 async fn generic_plan(c: &tokio_postgres::Client, name: &str, sql: &str, args: &str) -> String {
@@ -30,20 +51,9 @@ async fn generic_plan(c: &tokio_postgres::Client, name: &str, sql: &str, args: &
 // task must go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_liveness_gate_is_a_one_time_filter() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL plan test)");
+    let Some(store) = plan_store().await else {
         return;
     };
-    let schema = format!("t_{}", Uuid::now_v7().simple());
-    let store = crate::PgStore::connect_with(
-        &url,
-        crate::PgOptions {
-            schema: Some(schema),
-            pool_size: 1,
-        },
-    )
-    .await
-    .expect("connect");
     let _drop = store.drop_schema_on_drop();
     let c = store.client().await.expect("client");
     c.batch_execute("SET plan_cache_mode = force_generic_plan")
@@ -150,20 +160,9 @@ async fn per_partition(c: &tokio_postgres::Client, index: &str) -> Vec<String> {
 /// partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chosen_occurrences_are_found_by_id() {
-    let Ok(url) = std::env::var("CAMPANILE_TEST_PG_URL") else {
-        eprintln!("skipped: CAMPANILE_TEST_PG_URL is not set (PostgreSQL plan test)");
+    let Some(store) = plan_store().await else {
         return;
     };
-    let schema = format!("t_{}", Uuid::now_v7().simple());
-    let store = crate::PgStore::connect_with(
-        &url,
-        crate::PgOptions {
-            schema: Some(schema),
-            pool_size: 1,
-        },
-    )
-    .await
-    .expect("connect");
     let _drop = store.drop_schema_on_drop();
     let c = store.client().await.expect("client");
     // Statistics of a table in use (on empty tables the planner reads a whole partial index
