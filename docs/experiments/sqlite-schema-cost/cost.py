@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """What the store's SQLite schema costs a claim + complete, apart from the store's code.
 
-The same minimal loop as `campanile bench ceiling` (one connection; each transaction completes
-the batch held, one fenced UPDATE per row, and claims the next 1,000 oldest due rows in one
-UPDATE), run on the ceiling's 12-column table and on the `occurrences` table that
-`campanile migrate` creates, and on variants of the latter that each remove one thing.
-Same pragmas as the store's writer. Variants alternate within each round.
+The loop of `campanile bench ceiling` on SQLite (one connection; each transaction completes
+the batch held, one fenced UPDATE per row, and claims the next 1,000 due or lease-expired rows,
+oldest first, in one UPDATE), run on the ceiling's 12-column table with its statements, on the
+`occurrences` table that `campanile migrate` creates with the store's claim and success in the
+same shape, and on variants of that table. Same pragmas as the store's writer. Variants
+alternate within each round.
 
     python3 cost.py [ROUNDS] [CAMPANILE_BINARY]
 """
@@ -24,7 +25,7 @@ N, BATCH = 100_000, 1000
 PRAGMAS = """PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;
              PRAGMA cache_size = -8192; PRAGMA mmap_size = 1073741824;"""
 
-# crates/bench/src/ceiling.rs, SCHEMA (the table renamed).
+# crates/bench/src/ceiling.rs, SCHEMA and SQLITE_CLAIM (the table renamed).
 CEILING = """
 CREATE TABLE occurrences (
     seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, schedule_id BLOB NOT NULL,
@@ -35,33 +36,54 @@ CREATE INDEX ceiling_ready ON occurrences (available_at) WHERE state = 'READY';
 CREATE INDEX ceiling_leased ON occurrences (lease_until) WHERE state = 'RUNNING';"""
 CEILING_CLAIM = """
 UPDATE occurrences SET state = 'RUNNING', owner = 'w', epoch = epoch + 1, lease_until = ?1 + 60000
- WHERE seq IN (SELECT seq FROM occurrences WHERE state = 'READY' AND available_at <= ?1
-                ORDER BY available_at LIMIT ?2)
+ WHERE seq IN (
+       SELECT seq FROM (
+           SELECT * FROM (SELECT seq, available_at AS at FROM occurrences
+                           WHERE state = 'READY' AND available_at <= ?1
+                           ORDER BY available_at LIMIT ?2)
+           UNION ALL
+           SELECT * FROM (SELECT seq, lease_until AS at FROM occurrences
+                           WHERE state = 'RUNNING' AND lease_until <= ?1
+                           ORDER BY lease_until LIMIT ?2))
+        ORDER BY at LIMIT ?2)
 RETURNING seq, epoch"""
 CEILING_DONE = """
 UPDATE occurrences SET state = 'SUCCEEDED', result = 'true', finished_at = ?4
  WHERE seq = ?1 AND owner = ?2 AND epoch = ?3 AND state = 'RUNNING' AND lease_until > ?4"""
 
-# The store's claim and success writes (crates/store-sqlite/src/claim.rs `claim_rows`, the
-# candidates of sql/pending_due_range.sql folded in; finish.rs `by_number`), on one queue of
-# one tenant at priority 0.
+# The store's claim and success writes, in the shape of the ceiling's: the candidates of
+# crates/store-sqlite/src/sql/pending_due_range.sql and expired_leases.sql (one queue of one
+# tenant at priority 0) folded into the `UPDATE` of claim.rs `claim_rows`, with its columns,
+# and the success `UPDATE` of finish.rs (`by_number`). The store reads its candidates first
+# and then updates them by number; here one statement does both, as in the ceiling.
 STORE_CLAIM = """
 UPDATE occurrences
    SET state = 'RUNNING', owner = 'w', epoch = epoch + 1, attempts = attempts + 1,
-       lease_until = ?1 + 60000, claimed_at = ?1, cancel_requested = 0, ran_until = NULL,
-       claim_key = NULL
- WHERE seq IN (SELECT seq FROM occurrences INDEXED BY occurrences_pending
-                WHERE tenant_id = 1 AND queue = 'bench' AND state IN ('READY', 'RETRY_WAIT')
-                  AND overlap = 0 AND priority = 0 AND available_at <= ?1
-                ORDER BY priority DESC, available_at LIMIT ?2)
-RETURNING seq, epoch"""
+       lease_until = ?1 + COALESCE(60000, lease_ms), claimed_at = ?1, cancel_requested = 0,
+       ran_until = NULL, claim_key = NULL,
+       available_at = CASE WHEN state = 'RUNNING' THEN MAX(available_at, lease_until)
+                           ELSE available_at END
+ WHERE seq IN (
+       SELECT seq FROM (
+           SELECT * FROM (SELECT seq, available_at AS at FROM occurrences INDEXED BY occurrences_pending
+                           WHERE tenant_id = 1 AND queue = 'bench' AND state IN ('READY', 'RETRY_WAIT')
+                             AND overlap = 0 AND priority = 0 AND available_at <= ?1
+                           ORDER BY available_at LIMIT ?2)
+           UNION ALL
+           SELECT * FROM (SELECT seq, lease_until AS at FROM occurrences INDEXED BY occurrences_running
+                           WHERE tenant_id = 1 AND queue = 'bench' AND state = 'RUNNING'
+                             AND lease_until <= ?1 AND attempts < max_attempts
+                             AND cancel_requested = 0 AND overlap = 0
+                           ORDER BY lease_until LIMIT ?2))
+        ORDER BY at LIMIT ?2)
+RETURNING seq, epoch, id"""
 SLIM_CLAIM = STORE_CLAIM.replace("tenant_id = 1 AND queue = 'bench' AND ", "").replace(
-    "AND priority = 0 ", "").replace("ORDER BY priority DESC, available_at", "ORDER BY available_at")
+    "AND priority = 0 ", "")
 STORE_DONE = """
 UPDATE occurrences SET state = 'SUCCEEDED', result = COALESCE('true', result), finished_at = ?4,
        ran_until = ?4
- WHERE seq = ?1 AND tenant_id = 1 AND state = 'RUNNING' AND owner = ?2 AND epoch = ?3
-   AND lease_until > ?4"""
+ WHERE seq = ?1 AND id = ?5 AND tenant_id = 1 AND state = 'RUNNING' AND owner = ?2
+   AND epoch = ?3 AND lease_until > ?4"""
 
 CONSTRAINED = ["occurrences_pending_constrained", "occurrences_running_schedule",
                "occurrences_ran_constrained_schedule", "occurrences_pending_constrained_schedule"]
@@ -71,8 +93,8 @@ CREATE INDEX occurrences_pending ON occurrences (available_at)
     WHERE state IN ('READY', 'RETRY_WAIT') AND overlap = 0;
 CREATE INDEX occurrences_running ON occurrences (lease_until) WHERE state = 'RUNNING';"""
 # Columns a claim and a success neither read nor write, and no index names.
-COLD = ["max_attempts", "backoff_initial_ms", "backoff_max_ms", "last_error_class", "last_error",
-        "created_at", "lease_ms", "due_at", "origin", "payload"]
+COLD = ["backoff_initial_ms", "backoff_max_ms", "last_error_class", "last_error", "created_at",
+        "due_at", "origin", "payload"]
 NARROW = ("DROP TRIGGER occurrences_payload_set; DROP TRIGGER occurrences_payload_gone;"
           + "".join(f"ALTER TABLE occurrences DROP COLUMN {c};" for c in COLD))
 
@@ -83,6 +105,7 @@ VARIANTS = [
      "".join(f"DROP INDEX {i};" for i in CONSTRAINED)),
     ("store with the ceiling's index keys", SLIM_KEYS),
     (f"store without the {len(COLD)} columns neither write uses", NARROW),
+    ("store with the ceiling's index keys and without those columns", SLIM_KEYS + NARROW),
     ("store with all three", "".join(f"DROP INDEX {i};" for i in CONSTRAINED) + SLIM_KEYS + NARROW),
 ]
 
@@ -129,7 +152,7 @@ def drain(c, claim, done_sql):
         now = int(time.time() * 1000)
         c.execute("BEGIN IMMEDIATE")
         if held:
-            done += c.executemany(done_sql, ((s, "w", e, now) for s, e in held)).rowcount
+            done += c.executemany(done_sql, ((r[0], "w", r[1], now, *r[2:]) for r in held)).rowcount
         held = c.execute(claim, (now, BATCH)).fetchall()
         c.execute("COMMIT")
         if not held:
@@ -158,7 +181,7 @@ def main():
                 if change is None:
                     claim, done_sql = CEILING_CLAIM, CEILING_DONE
                 else:
-                    slim = "ceiling's index keys" in name or "all three" in name
+                    slim = "index keys" in name or "all three" in name
                     claim, done_sql = (SLIM_CLAIM if slim else STORE_CLAIM), STORE_DONE
                 rates[name].append(drain(c, claim, done_sql))
                 c.close()
