@@ -12,6 +12,8 @@ alternate within each round.
 """
 
 import os
+import pathlib
+import re
 import shutil
 import sqlite3
 import statistics
@@ -25,31 +27,20 @@ N, BATCH = 100_000, 1000
 PRAGMAS = """PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;
              PRAGMA cache_size = -8192; PRAGMA mmap_size = 1073741824;"""
 
-# crates/bench/src/ceiling.rs, SCHEMA and SQLITE_CLAIM (the table renamed).
-CEILING = """
-CREATE TABLE occurrences (
-    seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, schedule_id BLOB NOT NULL,
-    version INTEGER NOT NULL, scheduled_for INTEGER NOT NULL, available_at INTEGER NOT NULL,
-    state TEXT NOT NULL, owner TEXT, epoch INTEGER NOT NULL DEFAULT 0, lease_until INTEGER,
-    finished_at INTEGER, result TEXT, UNIQUE (schedule_id, version, scheduled_for));
-CREATE INDEX ceiling_ready ON occurrences (available_at) WHERE state = 'READY';
-CREATE INDEX ceiling_leased ON occurrences (lease_until) WHERE state = 'RUNNING';"""
-CEILING_CLAIM = """
-UPDATE occurrences SET state = 'RUNNING', owner = 'w', epoch = epoch + 1, lease_until = ?1 + 60000
- WHERE seq IN (
-       SELECT seq FROM (
-           SELECT * FROM (SELECT seq, available_at AS at FROM occurrences
-                           WHERE state = 'READY' AND available_at <= ?1
-                           ORDER BY available_at LIMIT ?2)
-           UNION ALL
-           SELECT * FROM (SELECT seq, lease_until AS at FROM occurrences
-                           WHERE state = 'RUNNING' AND lease_until <= ?1
-                           ORDER BY lease_until LIMIT ?2))
-        ORDER BY at LIMIT ?2)
-RETURNING seq, epoch"""
-CEILING_DONE = """
-UPDATE occurrences SET state = 'SUCCEEDED', result = 'true', finished_at = ?4
- WHERE seq = ?1 AND owner = ?2 AND epoch = ?3 AND state = 'RUNNING' AND lease_until > ?4"""
+# The ceiling's table and statements, read from crates/bench/src/ceiling.rs (its `SCHEMA`,
+# `SQLITE_CLAIM` and the SQLite completion), the table renamed.
+RUST = (pathlib.Path(__file__).resolve().parent / "../../../crates/bench/src/ceiling.rs").read_text()
+
+
+def rust_str(start, end='"'):
+    """The Rust string literal of ceiling.rs that begins at `start`, up to `end`."""
+    i = RUST.index(start)
+    return re.sub(r"\bceiling\b", "occurrences", RUST[i:RUST.index(end, i)])
+
+
+CEILING = rust_str("CREATE TABLE ceiling (")
+CEILING_CLAIM = rust_str("UPDATE ceiling SET state = 'RUNNING'")
+CEILING_DONE = rust_str("UPDATE ceiling SET state = 'SUCCEEDED'")
 
 # The store's claim and success writes, in the shape of the ceiling's: the candidates of
 # crates/store-sqlite/src/sql/pending_due_range.sql and expired_leases.sql (one queue of one
